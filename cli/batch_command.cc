@@ -1,0 +1,278 @@
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/output_file.h"
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/flops_sample_cost.h"
+#include "fulcrum/data/balance_metrics.h"
+#include "fulcrum/data/batcher.h"
+#include "fulcrum/data/isf.h"
+#include "fulcrum/data/isf_search.h"
+#include "fulcrum/data/meta_index.h"
+#include "fulcrum/data/plan_audit.h"
+#include "fulcrum/data/plan_json.h"
+
+namespace fulcrum {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct BatchOptions {
+  std::string data;
+  std::string root = ".";
+  bool strict = false;
+  std::string algo = "fulcrum";
+  BatchParams params;
+  std::string cost_file;
+  std::string oversize = "error";
+  std::string out;
+  bool json = false;
+  bool compare = false;
+};
+
+// One batcher's run: the plan's summary as the --json object.
+struct Run {
+  std::string label;
+  Json summary;
+  double seconds = 0;
+};
+
+Json balance_json(const Balance& b) {
+  return {{"dist_ratio_vit", b.dist_ratio_vit},
+          {"dist_ratio_llm", b.dist_ratio_llm},
+          {"dist_ratio_vit_floor", b.dist_ratio_vit_floor},
+          {"dist_ratio_llm_floor", b.dist_ratio_llm_floor},
+          {"time_imbalance", b.time_imbalance}};
+}
+
+Json params_json(const std::string& algo, const BatchParams& p, const Dataset& data, const IsfSearchResult* search) {
+  Json out{{"samples_per_step", p.resolved_samples_per_step()},
+           {"microbatches", p.micro_batches},
+           {"seed", p.seed},
+           {"epoch", p.epoch},
+           {"drop_last", p.drop_last},
+           {"oversize", p.oversize == OversizePolicy::kError ? "error" : "own-group"}};
+  if (algo == "isf") {
+    const IsfParams isf = isf_params(p, data);
+    out["samples_per_step"] = nullptr;  // set by the groups, reported as samples_per_step_mean
+    out["vit_cap"] = isf.vision_cap;
+    out["token_cap"] = isf.token_cap;
+    out["vit_full"] = isf.vision_full;
+    out["text_full"] = isf.text_full;
+    out["passes"] = isf.passes;
+    out["search"] = search != nullptr;
+    if (search) {
+      out["search_tokens_per_tile"] = search->tokens_per_tile;
+      out["search_trials"] = search->trials.size();
+    }
+  } else {
+    if (algo == "fulcrum") out["window"] = p.window_steps;
+    if (p.vision_cap > 0) out["vit_cap"] = p.vision_cap;
+    if (p.token_cap > 0) out["token_cap"] = p.token_cap;
+  }
+  return out;
+}
+
+Run run_batcher(const std::string& algo, BatchParams params, const Dataset& data, const SampleCost& cost,
+                const std::string& out_path, const std::string& label) {
+  const auto start = Clock::now();
+  std::optional<IsfSearchResult> search;
+  if (algo == "isf" && params.search) {
+    search = isf_search(data, params, cost);
+    params.vision_cap = search->best.vision_cap;
+    params.token_cap = search->best.token_cap;
+    params.vision_full = search->best.vision_full;
+    params.text_full = search->best.text_full;
+    params.search = false;
+  }
+  if (algo != "isf" && algo != "fulcrum" && (params.vision_cap > 0 || params.token_cap > 0)) {
+    throw InputError(fmt::format("--vit-cap and --token-cap apply to isf and fulcrum, not {}", algo));
+  }
+  const BatchPlan plan = make_batcher(algo)->plan(data, params, cost);
+  const double plan_seconds = seconds_since(start);
+
+  const auto measure_start = Clock::now();
+  const PlanAudit audit = audit_plan(plan, data);
+  if (!audit.ok(plan)) {
+    throw std::logic_error(fmt::format("{} broke its guarantees: missing {} (dropped {}), extra {} (repeated {}), "
+                                       "{} empty micro-batches",
+                                       algo, audit.missing, plan.dropped, audit.extra, plan.repeated,
+                                       audit.empty_micro_batches));
+  }
+  const PlanMetrics m = measure_plan(plan, data, cost);
+  const double measure_seconds = seconds_since(measure_start);
+
+  double write_seconds = 0;
+  if (!out_path.empty()) {
+    const auto write_start = Clock::now();
+    write_file_atomically(out_path, plan_to_json(plan));
+    write_seconds = seconds_since(write_start);
+  }
+  Json metrics{{"pad_ratio", m.pad_ratio}};
+  const Json per_step = balance_json(m.per_step);
+  for (const auto& [key, value] : per_step.items()) metrics[key] = value;
+  metrics["per_microbatch"] = balance_json(m.per_micro_batch);
+  metrics["predicted_step_seconds_sum"] = m.step_seconds_sum;
+  metrics["balanced_step_seconds_sum"] = m.ideal_seconds_sum;
+  Json summary{{"algo", algo},
+               {"dp", params.dp},
+               {"samples_in", plan.samples_in},
+               {"samples_out", audit.samples_out},
+               {"repeated", plan.repeated},
+               {"dropped", plan.dropped},
+               {"duplicated", audit.duplicated},
+               {"steps", plan.steps()},
+               {"microbatches_per_rank_per_step", plan.micro_batches_per_rank()},
+               {"samples_per_step_mean",
+                plan.steps() ? static_cast<double>(audit.samples_out) / static_cast<double>(plan.steps()) : 0.0},
+               {"vision_unit", std::string(vision_unit_name(data.vision_unit()))},
+               {"metrics", metrics},
+               {"params", params_json(algo, params, data, search ? &*search : nullptr)}};
+  if (!out_path.empty()) summary["out"] = out_path;
+  summary["timing"] = {{"seconds", plan_seconds},
+                       {"metrics_seconds", measure_seconds},
+                       {"write_seconds", write_seconds}};
+  return {label, summary, plan_seconds};
+}
+
+void print_run(const Run& run) {
+  const Json& s = run.summary;
+  const Json& m = s["metrics"];
+  std::cout << fmt::format(
+      "{}: {} steps at dp {} × {} micro-batches, {:.1f} samples/step; {} samples in, {} repeated, {} dropped\n",
+      s["algo"].get<std::string>(), s["steps"].get<int64_t>(), s["dp"].get<int>(),
+      s["microbatches_per_rank_per_step"].get<int>(), s["samples_per_step_mean"].get<double>(),
+      s["samples_in"].get<int64_t>(), s["repeated"].get<int64_t>(), s["dropped"].get<int64_t>());
+  std::cout << fmt::format(
+      "  pad {:.4f}  dist vit {:.4f} (floor {:.4f})  dist llm {:.4f} (floor {:.4f})  time imbalance {:.4f} "
+      "(per micro-batch {:.4f})  in {:.3f} s\n",
+      m["pad_ratio"].get<double>(), m["dist_ratio_vit"].get<double>(), m["dist_ratio_vit_floor"].get<double>(),
+      m["dist_ratio_llm"].get<double>(), m["dist_ratio_llm_floor"].get<double>(), m["time_imbalance"].get<double>(),
+      m["per_microbatch"]["time_imbalance"].get<double>(), run.seconds);
+}
+
+void print_table(const std::vector<Run>& runs, const BatchOptions& o) {
+  std::cout << fmt::format("{} at dp {}, {} micro-batch(es) per rank per step, seed {}\n", o.data, o.params.dp,
+                           o.params.micro_batches, o.params.seed);
+  std::cout << fmt::format("{:<26} {:>8} {:>9} {:>7} {:>15} {:>15} {:>9} {:>9} {:>8} {:>8}\n", "batcher", "steps",
+                           "smp/step", "pad", "dist vit(floor)", "dist llm(floor)", "time imb", "mb imb", "repeat",
+                           "seconds");
+  for (const Run& run : runs) {
+    const Json& s = run.summary;
+    const Json& m = s["metrics"];
+    std::cout << fmt::format(
+        "{:<26} {:>8} {:>9.2f} {:>7.4f} {:>7.4f}({:.4f}) {:>7.4f}({:.4f}) {:>9.4f} {:>9.4f} {:>8} {:>8.3f}\n",
+        run.label, s["steps"].get<int64_t>(), s["samples_per_step_mean"].get<double>(), m["pad_ratio"].get<double>(),
+        m["dist_ratio_vit"].get<double>(), m["dist_ratio_vit_floor"].get<double>(), m["dist_ratio_llm"].get<double>(),
+        m["dist_ratio_llm_floor"].get<double>(), m["time_imbalance"].get<double>(),
+        m["per_microbatch"]["time_imbalance"].get<double>(), s["repeated"].get<int64_t>(), run.seconds);
+  }
+}
+
+void run_batch(BatchOptions& o) {
+  const auto start = Clock::now();
+  if (o.oversize == "own-group") o.params.oversize = OversizePolicy::kOwnGroup;
+  if (o.params.dp < 1) throw InputError(fmt::format("--dp must be at least 1, got {}", o.params.dp));
+  if (!o.compare) make_batcher(o.algo);  // reject an unknown name before loading anything
+  const FlopsCoefficients coefficients = o.cost_file.empty() ? FlopsCoefficients{} : read_flops_coefficients(o.cost_file);
+  LoadedData loaded = load_dataset(o.data, {o.root, o.strict, &std::cerr});
+  const Dataset& data = loaded.dataset;
+  const double load_seconds = seconds_since(start);
+  check_params(o.params, data);
+  const FlopsSampleCost cost(data.vision_unit(), coefficients);
+
+  if (!o.compare) {
+    Run run = run_batcher(o.algo, o.params, data, cost, o.out, o.algo);
+    run.summary["timing"]["load_seconds"] = load_seconds;
+    run.summary["timing"]["total_seconds"] = seconds_since(start);
+    if (o.json) {
+      std::cout << run.summary.dump(2) << "\n";
+    } else {
+      print_run(run);
+    }
+    return;
+  }
+  if (!o.out.empty()) throw InputError("--out writes one plan; it does not go with --compare");
+  // Every batcher on the same data; caps given apply to isf and fulcrum only.
+  std::vector<Run> runs;
+  BatchParams uncapped = o.params;
+  uncapped.vision_cap = uncapped.token_cap = 0;
+  uncapped.search = false;
+  for (const char* algo : {"random", "random-packed", "length-grouped"}) {
+    runs.push_back(run_batcher(algo, uncapped, data, cost, "", algo));
+  }
+  BatchParams fixed = o.params;
+  fixed.search = false;
+  runs.push_back(run_batcher("isf", fixed, data, cost, "", "isf"));
+  if (o.params.search) {
+    BatchParams searched = o.params;
+    runs.push_back(run_batcher("isf", searched, data, cost, "", "isf --search"));
+    const double isf_per_step = runs.back().summary["samples_per_step_mean"].get<double>();
+    BatchParams matched = o.params;
+    matched.search = false;
+    matched.samples_per_step = std::max<int64_t>(o.params.slots_per_step(), std::llround(isf_per_step));
+    runs.push_back(run_batcher("fulcrum", matched, data, cost, "",
+                               fmt::format("fulcrum @{} smp/step", matched.samples_per_step)));
+  }
+  runs.push_back(run_batcher("fulcrum", fixed, data, cost, "", "fulcrum"));
+  if (o.json) {
+    Json rows = Json::array();
+    for (Run& run : runs) {
+      run.summary["label"] = run.label;
+      rows.push_back(run.summary);
+    }
+    std::cout << Json{{"data", o.data}, {"rows", rows}, {"timing", {{"seconds", seconds_since(start)}}}}.dump(2)
+              << "\n";
+  } else {
+    print_table(runs, o);
+  }
+}
+
+}  // namespace
+
+std::function<void()> add_batch_command(CLI::App& app) {
+  auto o = std::make_shared<BatchOptions>();
+  BatchParams& p = o->params;
+  CLI::App* cmd = app.add_subcommand("batch", "Cut a dataset into balanced mini-batches for data-parallel training");
+  cmd->add_option("--data", o->data, "Length file (JSON, JSON Lines, CSV) or meta index")->required();
+  cmd->add_option("--root", o->root, "Second folder to resolve a meta index's paths against")->capture_default_str();
+  cmd->add_flag("--strict", o->strict, "A missing meta index entry is an error");
+  cmd->add_option("--dp", p.dp, "Data-parallel ranks")->required();
+  cmd->add_option("--algo", o->algo, "random | random-packed | length-grouped | isf | fulcrum")->capture_default_str();
+  cmd->add_option("--samples-per-step", p.samples_per_step,
+                  "Samples per optimizer step over all ranks (default 4 per micro-batch)");
+  cmd->add_option("--microbatches", p.micro_batches, "Micro-batches per rank per step")->capture_default_str();
+  cmd->add_option("--window", p.window_steps, "fulcrum: steps a sample may move within")->capture_default_str();
+  cmd->add_option("--vit-cap", p.vision_cap, "Vision units per micro-batch at most (isf: Q_v, default 9)");
+  cmd->add_option("--token-cap", p.token_cap, "Tokens per micro-batch at most (isf: Q_t, default 4096)");
+  cmd->add_option("--text-full", p.text_full, "isf: tokens that make a group full (Q'_t, default token cap - 128)");
+  cmd->add_option("--vit-full", p.vision_full, "isf: vision units that make a group full (Q'_v, default vit cap)");
+  cmd->add_option("--passes", p.passes, "isf: sampling passes (T)")->capture_default_str();
+  cmd->add_flag("--search", p.search, "isf: choose the caps by OmniBal's parameter search");
+  cmd->add_option("--cost", o->cost_file, "JSON file of cost coefficients overriding the InternVL-Chat-1.5 defaults");
+  cmd->add_option("--oversize", o->oversize, "A sample over a cap: error | own-group")
+      ->check(CLI::IsMember({"error", "own-group"}))
+      ->capture_default_str();
+  cmd->add_flag("--drop-last", p.drop_last, "Drop a last incomplete step instead of completing it");
+  cmd->add_option("--seed", p.seed, "Seed of the shuffle")->capture_default_str();
+  cmd->add_option("--epoch", p.epoch, "Epoch (each epoch is shuffled anew)")->capture_default_str();
+  cmd->add_option("--out", o->out, "Write the plan as JSON to this file");
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_flag("--compare", o->compare, "Run every batcher on the same data and print a table");
+  return [o] { run_batch(*o); };
+}
+
+}  // namespace fulcrum

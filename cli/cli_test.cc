@@ -1,0 +1,175 @@
+// Runs the `fulcrum` binary as a user would: exit status, stderr, stdout and files written.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fulcrum_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result run(const std::string& args) {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string command = fmt::format("cd '{}' && '{}' {} > '{}' 2> '{}' < /dev/null", FULCRUM_SOURCE_DIR,
+                                            FULCRUM_BINARY, args, out.string(), err.string());
+    const int raw = std::system(command.c_str());
+    Result r;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return (dir_ / name).string();
+  }
+
+  fs::path dir_;
+};
+
+struct BadCase {
+  const char* name;
+  std::string file_text;  // written to the file named by {file}; empty: no file
+  std::string args;       // {file} and {out} are replaced
+  std::string message;    // the stderr line must contain it (and the file's name when there is a file)
+};
+
+TEST_F(Cli, BadInputTable) {
+  const std::string ok = R"([{"vit_num": 5, "token_num": 811, "image_flags": 5}, {"vit_num": 1, "token_num": 300}])";
+  const BadCase cases[] = {
+      {"malformed_json", R"([{"vit_num": 5, "token_num": 811)", "batch --data {file} --dp 2 --out {out}",
+       "malformed JSON"},
+      {"missing_field", R"([{"vit_num": 5, "token_num": 811}, {"vit_num": 1}])", "batch --data {file} --dp 2 --out {out}",
+       "record 1: missing field token_num"},
+      {"non_integer", R"([{"vit_num": 5.5, "token_num": 811}])", "batch --data {file} --dp 2 --out {out}",
+       "record 0: vit_num must be an integer"},
+      {"negative_tiles", R"([{"vit_num": -1, "token_num": 811}])", "batch --data {file} --dp 2 --out {out}",
+       "record 0: vit_num must be >= 0"},
+      {"zero_tokens", R"([{"vit_num": 1, "token_num": 0}])", "batch --data {file} --dp 2 --out {out}",
+       "record 0: token_num must be a positive integer"},
+      {"negative_tokens", R"([{"vit_num": 1, "token_num": -7}])", "stats --data {file}",
+       "record 0: token_num must be a positive integer"},
+      {"index_all_missing", R"({"a": {"token_lengths": "nope.json"}, "b": {"token_lengths": "gone.json"}})",
+       "batch --data {file} --dp 2 --out {out}", "none of its 2 entries could be loaded"},
+      {"dp_zero", ok, "batch --data {file} --dp 0 --out {out}", "--dp must be at least 1"},
+      {"cap_below_sample", ok, "batch --data {file} --dp 2 --algo isf --vit-cap 4 --out {out}",
+       "sample 0 (5 tiles, 811 tokens) exceeds"},
+      {"cap_below_sample_fulcrum", ok, "batch --data {file} --dp 1 --token-cap 500 --out {out}",
+       "sample 0 (5 tiles, 811 tokens) exceeds"},
+      {"unknown_algo", ok, "batch --data {file} --dp 2 --algo best --out {out}", "unknown batcher 'best'"},
+      {"csv_row", "vit_num,token_num\n1,20\n1,x\n", "batch --data {file} --dp 2 --out {out}", "line 3"},
+      {"bad_cost", ok, "batch --data {file} --dp 2 --cost {file} --out {out}", "expected a JSON object of coefficients"},
+      {"unreadable", "", "batch --data {file} --dp 2 --out {out}", "cannot read"},
+      {"unknown_option", ok, "batch --data {file} --dp 2 --frobnicate", "frobnicate"},
+      {"drop_last_nothing_left", ok, "batch --data {file} --dp 2 --samples-per-step 4 --drop-last --out {out}",
+       "--drop-last leaves no step"},
+  };
+  for (const BadCase& c : cases) {
+    const std::string ext = std::string(c.name) == "csv_row" ? ".csv" : ".json";
+    const std::string file = (dir_ / (std::string(c.name) + ext)).string();
+    if (!c.file_text.empty()) write(std::string(c.name) + ext, c.file_text);
+    const std::string out = (dir_ / (std::string(c.name) + ".plan.json")).string();
+    std::string args = c.args;
+    for (auto [key, value] : {std::pair<std::string, std::string>{"{file}", file}, {"{out}", out}}) {
+      for (size_t at; (at = args.find(key)) != std::string::npos;) args.replace(at, key.size(), value);
+    }
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << c.name << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.name << ": " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.name << ": " << r.err;
+    if (std::string(c.name) != "unknown_option" && std::string(c.name) != "dp_zero" &&
+        std::string(c.name) != "unknown_algo" && std::string(c.name) != "drop_last_nothing_left") {
+      EXPECT_NE(r.err.find(fs::path(file).filename().string()), std::string::npos) << c.name << ": " << r.err;
+    }
+    EXPECT_TRUE(r.out.empty()) << c.name;
+    EXPECT_FALSE(fs::exists(out)) << c.name << ": partial output left behind";
+  }
+}
+
+// Everything outside "timing" is byte-identical across runs.
+std::string without_timing(const std::string& text) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+  j.erase("timing");
+  if (j.contains("rows")) {
+    for (auto& row : j["rows"]) row.erase("timing");
+  }
+  return j.dump();
+}
+
+TEST_F(Cli, BatchJsonIsDeterministicAndComplete) {
+  const std::string args = "batch --data data/internvl_sft_1.2M.json --dp 8 --json --out " + (dir_ / "p.json").string();
+  const Result a = run(args);
+  const Result b = run(args);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(without_timing(a.out), without_timing(b.out));
+  const auto j = nlohmann::json::parse(a.out);
+  for (const char* key : {"algo", "dp", "samples_in", "samples_out", "repeated", "dropped", "duplicated", "steps",
+                          "microbatches_per_rank_per_step", "samples_per_step_mean", "metrics", "params", "timing"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  for (const char* key : {"pad_ratio", "dist_ratio_vit", "dist_ratio_llm", "dist_ratio_vit_floor",
+                          "dist_ratio_llm_floor", "time_imbalance", "per_microbatch"}) {
+    EXPECT_TRUE(j["metrics"].contains(key)) << key;
+  }
+  EXPECT_EQ(j["samples_in"], 60495);
+  EXPECT_EQ(j["samples_out"].get<int64_t>(), 60495 + j["repeated"].get<int64_t>());
+  EXPECT_EQ(j["duplicated"], 0);
+  // The six index entries whose files are not bundled are reported, one line each.
+  EXPECT_EQ(std::count(a.err.begin(), a.err.end(), '\n'), 6) << a.err;
+  // The written plan agrees with the summary.
+  const auto plan = nlohmann::json::parse(slurp(dir_ / "p.json"));
+  EXPECT_EQ(plan["fulcrum"], 1);
+  EXPECT_EQ(plan["steps"].size(), j["steps"].get<size_t>());
+  EXPECT_EQ(plan["steps"][0].size(), 8u);
+}
+
+TEST_F(Cli, CompareRunsEveryBatcher) {
+  const Result r = run("batch --data data/vision/ai2d_train_12k_wh_token_lengths.json --dp 8 --compare --search --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  std::vector<std::string> labels;
+  for (const auto& row : j["rows"]) labels.push_back(row["label"]);
+  EXPECT_EQ(labels.size(), 7u);
+  EXPECT_EQ(labels.front(), "random");
+  EXPECT_EQ(labels.back(), "fulcrum");
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST_F(Cli, StatsOfTheBundledIndex) {
+  const Result r = run("stats --data data/internvl_sft_1.2M.json --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["samples"], 60495);
+  EXPECT_EQ(j["missing_sources"].size(), 6u);
+  EXPECT_EQ(j["vision"]["max"], 5);
+  EXPECT_EQ(j["tokens"]["max"], 1832);  // chartqa's longest record (reference/omnibal.md §3.8)
+}
+
+}  // namespace

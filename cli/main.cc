@@ -1,0 +1,35 @@
+// The `fulcrum` command line: wires the modules' implementations to each other's interfaces.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <iostream>
+#include <new>
+
+#include "cli/commands.h"
+#include "fulcrum/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fulcrum: balanced data, plans and schedules for multimodal training", "fulcrum"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "fulcrum 0.1.0");
+  auto run_stats = fulcrum::add_stats_command(app);
+  auto run_batch = fulcrum::add_batch_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::cerr << fmt::format("fulcrum: error: {} (see --help)\n", e.what());
+    return 2;
+  }
+  try {
+    if (app.got_subcommand("stats")) run_stats();
+    if (app.got_subcommand("batch")) run_batch();
+  } catch (const fulcrum::InputError& e) {
+    std::cerr << fmt::format("fulcrum: error: {}\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "fulcrum: error: out of memory\n";
+    return 1;
+  }
+  return 0;
+}

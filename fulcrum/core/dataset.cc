@@ -1,0 +1,78 @@
+#include "fulcrum/core/dataset.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+
+std::string_view vision_unit_name(VisionUnit unit) {
+  return unit == VisionUnit::kTiles ? "tiles" : "patch_tokens";
+}
+
+std::string Dataset::describe_sample(uint32_t id) const {
+  for (const DatasetSource& source : sources_) {
+    if (id >= source.first_id && id - source.first_id < source.samples && source.records > 0) {
+      return std::string(source.path) + ": record " + std::to_string((id - source.first_id) % source.records) +
+             ": sample " + std::to_string(id);
+    }
+  }
+  return "sample " + std::to_string(id);
+}
+
+void Dataset::reserve(size_t samples) {
+  vision_.reserve(samples);
+  tokens_.reserve(samples);
+  images_.reserve(samples);
+  task_.reserve(samples);
+}
+
+void Dataset::set_vision_unit(VisionUnit unit) {
+  if (!empty() && unit != vision_unit_) throw InputError("vision unit changed after samples were added");
+  vision_unit_ = unit;
+}
+
+void Dataset::add(uint32_t vision, uint32_t tokens, int32_t images, std::string_view task) {
+  if (tokens_.size() >= std::numeric_limits<uint32_t>::max()) {
+    throw InputError("more than 4,294,967,295 samples: sample ids are 32-bit");
+  }
+  vision_.push_back(vision);
+  tokens_.push_back(tokens);
+  images_.push_back(images);
+  task_.push_back(task.empty() ? 0 : intern_task(task));
+}
+
+void Dataset::repeat_range(uint32_t first, uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t id = first + i;
+    if (tokens_.size() >= std::numeric_limits<uint32_t>::max()) {
+      throw InputError("more than 4,294,967,295 samples: sample ids are 32-bit");
+    }
+    vision_.push_back(vision_[id]);
+    tokens_.push_back(tokens_[id]);
+    images_.push_back(images_[id]);
+    task_.push_back(task_[id]);
+  }
+}
+
+void Dataset::truncate(size_t size) {
+  if (size >= tokens_.size()) return;
+  vision_.resize(size);
+  tokens_.resize(size);
+  images_.resize(size);
+  task_.resize(size);
+}
+
+uint16_t Dataset::intern_task(std::string_view name) {
+  if (name.empty()) return 0;
+  auto it = std::find(task_names_.begin(), task_names_.end(), name);
+  if (it != task_names_.end()) return static_cast<uint16_t>(it - task_names_.begin());
+  if (task_names_.size() > std::numeric_limits<uint16_t>::max()) {
+    throw InputError("more than 65,535 distinct task names");
+  }
+  task_names_.emplace_back(name);
+  return static_cast<uint16_t>(task_names_.size() - 1);
+}
+
+}  // namespace fulcrum

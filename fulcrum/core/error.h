@@ -1,0 +1,18 @@
+#ifndef FULCRUM_CORE_ERROR_H_
+#define FULCRUM_CORE_ERROR_H_
+
+#include <stdexcept>
+#include <string>
+
+namespace fulcrum {
+
+// Bad input from the user: a malformed file, an impossible parameter. The message is one line that names the
+// file and the record where there is one; the command line prints it and exits with status 2.
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_CORE_ERROR_H_

@@ -1,0 +1,71 @@
+#include "fulcrum/cost/flops_sample_cost.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+
+FlopsSampleCost::FlopsSampleCost(VisionUnit unit, FlopsCoefficients coefficients)
+    : coefficients_(coefficients),
+      vision_flops_(unit == VisionUnit::kTiles ? coefficients.vit_tile_flops : coefficients.vision_token_flops) {}
+
+double FlopsSampleCost::micro_batch_flops(const MicroBatchLoad& load) const {
+  return vision_flops_ * static_cast<double>(load.vision) +
+         coefficients_.llm_token_flops * static_cast<double>(load.llm_tokens) +
+         coefficients_.llm_attention_flops_per_token_squared * static_cast<double>(load.llm_tokens_squared);
+}
+
+double FlopsSampleCost::micro_batch_seconds(const MicroBatchLoad& load) const {
+  return micro_batch_flops(load) / coefficients_.device_flops_per_second;
+}
+
+FlopsCoefficients parse_flops_coefficients(std::string_view text, const std::string& file) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));
+  }
+  if (!json.is_object()) throw InputError(fmt::format("{}: expected a JSON object of coefficients", file));
+  FlopsCoefficients c;
+  const std::pair<const char*, double*> fields[] = {
+      {"vit_tile_flops", &c.vit_tile_flops},
+      {"vision_token_flops", &c.vision_token_flops},
+      {"llm_token_flops", &c.llm_token_flops},
+      {"llm_attention_flops_per_token_squared", &c.llm_attention_flops_per_token_squared},
+      {"device_flops_per_second", &c.device_flops_per_second},
+  };
+  for (const auto& [key, value] : json.items()) {
+    if (key == "fulcrum") continue;  // the schema version key
+    bool known = false;
+    for (const auto& [name, slot] : fields) {
+      if (key != name) continue;
+      known = true;
+      if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0.0) {
+        throw InputError(fmt::format("{}: {} must be a non-negative number", file, key));
+      }
+      *slot = value.get<double>();
+    }
+    if (!known) throw InputError(fmt::format("{}: unknown coefficient '{}'", file, key));
+  }
+  if (!(c.device_flops_per_second > 0.0)) {
+    throw InputError(fmt::format("{}: device_flops_per_second must be positive", file));
+  }
+  return c;
+}
+
+FlopsCoefficients read_flops_coefficients(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot read", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_flops_coefficients(buffer.str(), path);
+}
+
+}  // namespace fulcrum

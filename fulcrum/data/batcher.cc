@@ -1,0 +1,59 @@
+#include "fulcrum/data/batcher.h"
+
+#include <fmt/format.h>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/data/balanced_batcher.h"
+#include "fulcrum/data/isf.h"
+#include "fulcrum/data/length_grouped_batcher.h"
+#include "fulcrum/data/random_batcher.h"
+
+namespace fulcrum {
+
+const std::vector<std::string>& batcher_names() {
+  static const std::vector<std::string> names{"random", "random-packed", "length-grouped", "isf", "fulcrum"};
+  return names;
+}
+
+std::unique_ptr<Batcher> make_batcher(std::string_view algo) {
+  if (algo == "random") return std::make_unique<RandomBatcher>(false);
+  if (algo == "random-packed") return std::make_unique<RandomBatcher>(true);
+  if (algo == "length-grouped") return std::make_unique<LengthGroupedBatcher>();
+  if (algo == "isf") return std::make_unique<IsfBatcher>();
+  if (algo == "fulcrum") return std::make_unique<BalancedBatcher>();
+  throw InputError(fmt::format("unknown batcher '{}' (one of: {})", algo, fmt::join(batcher_names(), ", ")));
+}
+
+void check_params(const BatchParams& p, const Dataset& data) {
+  if (p.dp < 1) throw InputError(fmt::format("--dp must be at least 1, got {}", p.dp));
+  if (p.micro_batches < 1) throw InputError(fmt::format("--microbatches must be at least 1, got {}", p.micro_batches));
+  if (p.samples_per_step < 0) throw InputError("--samples-per-step must be positive");
+  if (p.window_steps < 1) throw InputError(fmt::format("--window must be at least 1, got {}", p.window_steps));
+  if (p.passes < 1) throw InputError(fmt::format("--passes must be at least 1, got {}", p.passes));
+  if (p.vision_cap < 0 || p.token_cap < 0 || p.text_full < 0 || p.vision_full < 0) {
+    throw InputError("caps and thresholds must be positive");
+  }
+  if (p.resolved_samples_per_step() < p.slots_per_step()) {
+    throw InputError(fmt::format("--samples-per-step {} is less than dp × microbatches = {}: a micro-batch would be "
+                                 "empty", p.resolved_samples_per_step(), p.slots_per_step()));
+  }
+  if (data.empty()) throw InputError("the dataset has no samples");
+}
+
+int64_t first_oversize_sample(const Dataset& data, int64_t vision_cap, int64_t token_cap) {
+  for (uint32_t id = 0; id < data.size(); ++id) {
+    if ((vision_cap > 0 && data.vision(id) > vision_cap) || (token_cap > 0 && data.tokens(id) > token_cap)) return id;
+  }
+  return -1;
+}
+
+void throw_oversize(const Dataset& data, uint32_t id, int64_t vision_cap, int64_t token_cap) {
+  const char* unit = data.vision_unit() == VisionUnit::kTiles ? "tiles" : "vision tokens";
+  throw InputError(fmt::format("{} ({} {}, {} tokens) exceeds the micro-batch caps ({} {}, {} tokens); raise the "
+                               "caps or pass --oversize own-group",
+                               data.describe_sample(id), data.vision(id), unit, data.tokens(id),
+                               vision_cap > 0 ? fmt::to_string(vision_cap) : "no cap", unit,
+                               token_cap > 0 ? fmt::to_string(token_cap) : "no cap"));
+}
+
+}  // namespace fulcrum

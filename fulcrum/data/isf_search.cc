@@ -1,0 +1,75 @@
+#include "fulcrum/data/isf_search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/data/balance_metrics.h"
+
+namespace fulcrum {
+
+IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const SampleCost& cost) {
+  IsfSearchResult result;
+  const double n = static_cast<double>(data.size());
+  double tokens_rounded = 0, vision = 0;
+  int64_t largest_vision = 1, largest_tokens = 1;
+  for (uint32_t id = 0; id < data.size(); ++id) {
+    tokens_rounded += static_cast<double>((data.tokens(id) + 255) / 256 * 256);
+    vision += data.vision(id);
+    largest_vision = std::max<int64_t>(largest_vision, data.vision(id));
+    largest_tokens = std::max<int64_t>(largest_tokens, data.tokens(id));
+  }
+  // Caps below the largest sample would reject it; with own-group it is placed alone, so any cap ≥ 1 works.
+  if (params.oversize == OversizePolicy::kOwnGroup) largest_vision = largest_tokens = 1;
+  const double b = static_cast<double>(params.resolved_samples_per_step()) / static_cast<double>(params.slots_per_step());
+  // tpt ← ⌊(⌊mean(ceil_256(t)) / mean(v)⌋ + 1) / 16⌋ · 16; kept ≥ 1 for data with few tokens per vision unit.
+  const double ratio = vision > 0 ? std::floor((tokens_rounded / n) / (vision / n)) + 1 : 4096;
+  int64_t tpt = static_cast<int64_t>(std::floor(ratio / 16)) * 16;
+  if (tpt < 1) tpt = std::max<int64_t>(1, static_cast<int64_t>(ratio));
+  result.tokens_per_tile = tpt;
+
+  IsfParams p = isf_params(params, data);
+  p.passes = 50;
+  p.token_cap = 4096;
+  p.vision_cap = 4096 / tpt;
+  double max_avg = 0;
+  const IsfTrial* best = nullptr;
+  for (int trial = 0; trial < 64 && p.vision_cap >= largest_vision && p.token_cap >= largest_tokens; ++trial) {
+    p.text_full = p.token_cap - 128;
+    p.vision_full = p.vision_cap;
+    const Groups groups = isf_groups(data, p, params.oversize);
+    IsfTrial t{p, n / static_cast<double>(groups.size()), 0, false};
+    BatchParams dealt = params;
+    dealt.drop_last = false;
+    const PlanMetrics m = measure_plan(deal_groups(groups, data, dealt), data, cost);
+    t.score = m.pad_ratio + m.per_step.dist_ratio_vit + m.per_step.dist_ratio_llm;
+    max_avg = std::max(max_avg, t.mean_group_samples);
+    t.candidate = b <= t.mean_group_samples && t.mean_group_samples <= b + 1;
+    result.trials.push_back(t);
+    const bool have_candidate =
+        std::any_of(result.trials.begin(), result.trials.end(), [](const IsfTrial& x) { return x.candidate; });
+    if (max_avg <= b + 1) {
+      p.vision_cap += 1;
+      p.token_cap += tpt;
+    } else if (have_candidate) {
+      break;
+    } else {
+      p.vision_cap -= 1;
+      p.token_cap -= tpt;
+    }
+  }
+  for (const IsfTrial& t : result.trials) {
+    if (t.candidate && (!best || t.score < best->score)) best = &t;
+  }
+  if (!best) {
+    throw InputError(fmt::format("isf --search found no caps giving {:.1f} to {:.1f} samples per group in {} trials",
+                                 b, b + 1, result.trials.size()));
+  }
+  result.best = best->params;
+  result.best.passes = params.passes;
+  return result;
+}
+
+}  // namespace fulcrum

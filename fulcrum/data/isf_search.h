@@ -1,0 +1,34 @@
+#ifndef FULCRUM_DATA_ISF_SEARCH_H_
+#define FULCRUM_DATA_ISF_SEARCH_H_
+
+#include <vector>
+
+#include "fulcrum/core/sample_cost.h"
+#include "fulcrum/data/batcher.h"
+#include "fulcrum/data/isf.h"
+
+namespace fulcrum {
+
+// OmniBal's search for ISF caps (reference/omnibal.md §3.5): start from Q_t = 4,096 and Q_v = ⌊4096 / tpt⌋
+// (tpt = tokens per tile of the data), grow both caps while the mean group stays at most b + 1 samples, shrink
+// them after an overshoot with no hit, and among caps giving b ≤ mean samples per group ≤ b + 1 keep the one with
+// the lowest Pad + Dist_vit + Dist_llm at the run's dp and micro-batches. b is samples_per_step / (dp·M), 4 by
+// default. Each trial runs ISF with 50 passes; the search stops after 64 trials or when Q_v would fall below 1.
+struct IsfTrial {
+  IsfParams params;
+  double mean_group_samples = 0;
+  double score = 0;
+  bool candidate = false;
+};
+
+struct IsfSearchResult {
+  IsfParams best;
+  std::vector<IsfTrial> trials;
+  int64_t tokens_per_tile = 0;
+};
+
+IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const SampleCost& cost);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_DATA_ISF_SEARCH_H_

@@ -1,0 +1,168 @@
+#include "fulcrum/data/isf.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/flops_sample_cost.h"
+#include "fulcrum/data/plan_audit.h"
+#include "fulcrum/data/test_data.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<std::vector<uint32_t>> as_lists(const Groups& g) {
+  std::vector<std::vector<uint32_t>> out;
+  for (size_t i = 0; i < g.size(); ++i) out.emplace_back(g.group(i).begin(), g.group(i).end());
+  return out;
+}
+
+// Samples (tiles, tokens): 0 (5,40) 1 (3,30) 2 (2,40) 3 (1,50) 4 (1,20)
+Dataset five() {
+  Dataset d;
+  d.add(5, 40, 5);
+  d.add(3, 30, 3);
+  d.add(2, 40, 2);
+  d.add(1, 50, 1);
+  d.add(1, 20, 1);
+  return d;
+}
+
+IsfParams caps(int64_t vision_cap, int64_t token_cap, int64_t vision_full, int64_t text_full, int passes) {
+  IsfParams p;
+  p.vision_cap = vision_cap;
+  p.token_cap = token_cap;
+  p.vision_full = vision_full;
+  p.text_full = text_full;
+  p.passes = passes;
+  return p;
+}
+
+TEST(IsfFill, ClosesOnEitherCapAndFlushesTheLastGroup) {
+  const Dataset d = five();
+  Groups g;
+  const std::vector<uint32_t> order{0, 1, 2, 3, 4};
+  isf_fill(d, order, caps(9, 100, 9, 90, 1), g);
+  // 0+1: 8 tiles, 70 tokens. 2 would make 10 tiles > 9: close. 2+3: 3 tiles, 90 tokens. 4 would make 110 tokens
+  // > 100: close. 4 alone is the open group at the end, and is kept (the reference loses it, Q2).
+  EXPECT_THAT(as_lists(g), ElementsAre(ElementsAre(0, 1), ElementsAre(2, 3), ElementsAre(4)));
+}
+
+TEST(IsfFull, EitherThresholdAtOrAbove) {
+  const Dataset d = five();
+  const IsfParams p = caps(9, 100, 8, 90, 1);
+  const std::vector<uint32_t> vision_full{0, 1};  // 8 tiles ≥ 8
+  const std::vector<uint32_t> text_full{2, 3};    // 90 tokens ≥ 90
+  const std::vector<uint32_t> neither{4};
+  EXPECT_TRUE(isf_full(d, vision_full, p));
+  EXPECT_TRUE(isf_full(d, text_full, p));
+  EXPECT_FALSE(isf_full(d, neither, p));
+}
+
+TEST(Isf, OnePassKeepsEveryGroupUnfiltered) {
+  const Dataset d = five();
+  const Groups g = isf_groups(d, caps(9, 100, 9, 90, 1), OversizePolicy::kError);
+  size_t samples = 0;
+  for (size_t i = 0; i < g.size(); ++i) samples += g.group(i).size();
+  EXPECT_EQ(samples, 5u);
+}
+
+TEST(Isf, FullGroupsFirstThenTheUnfilteredRemainder) {
+  // Any order gives the same result: a 9-tile sample fills a group by itself (a smaller one before it closes
+  // the group first), and the three 1-tile samples (3 tiles, 30 tokens together) are never full, so they are
+  // recycled each pass and end as the last pass's remainder: one group, accepted without filtering.
+  Dataset d;
+  d.add(1, 10, 1);  // 0
+  d.add(9, 50, 9);  // 1
+  d.add(1, 10, 1);  // 2
+  d.add(9, 60, 9);  // 3
+  d.add(1, 10, 1);  // 4
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    IsfParams p = caps(9, 100, 9, 90, 3);
+    p.seed = seed;
+    auto groups = as_lists(isf_groups(d, p, OversizePolicy::kError));
+    ASSERT_EQ(groups.size(), 3u);
+    std::sort(groups.begin(), groups.begin() + 2);
+    EXPECT_THAT(groups[0], ElementsAre(1));
+    EXPECT_THAT(groups[1], ElementsAre(3));
+    std::sort(groups[2].begin(), groups[2].end());
+    EXPECT_THAT(groups[2], ElementsAre(0, 2, 4));
+  }
+}
+
+TEST(Isf, InvariantsOnRandomData) {
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const Dataset data = testing::random_dataset(2000 + 37 * seed, seed);
+    IsfParams p = caps(9 + seed % 4, 4096, 9 + seed % 4, 3968, 10);
+    p.seed = seed;
+    const Groups g = isf_groups(data, p, OversizePolicy::kError);
+    std::vector<int> seen(data.size(), 0);
+    for (size_t i = 0; i < g.size(); ++i) {
+      int64_t v = 0, t = 0;
+      ASSERT_FALSE(g.group(i).empty());
+      for (uint32_t id : g.group(i)) {
+        ++seen[id];
+        v += data.vision(id);
+        t += data.tokens(id);
+      }
+      ASSERT_LE(v, p.vision_cap);
+      ASSERT_LE(t, p.token_cap);
+    }
+    for (int count : seen) ASSERT_EQ(count, 1);
+    // Same inputs and seed: the same groups.
+    EXPECT_EQ(as_lists(isf_groups(data, p, OversizePolicy::kError)), as_lists(g));
+  }
+}
+
+TEST(Isf, OversizeSampleIsAnErrorOrItsOwnGroup) {
+  Dataset d = five();
+  d.add(12, 60, 12);  // id 5: 12 tiles > 9
+  try {
+    isf_groups(d, caps(9, 100, 9, 90, 3), OversizePolicy::kError);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("sample 5 (12 tiles, 60 tokens) exceeds"));
+  }
+  const Groups g = isf_groups(d, caps(9, 100, 9, 90, 3), OversizePolicy::kOwnGroup);
+  EXPECT_THAT(as_lists(g).back(), ElementsAre(5));
+}
+
+TEST(IsfBatcher, DealsGroupsEvenlyAndCompletesTheLastStep) {
+  const Dataset data = testing::random_dataset(3001, 5);
+  BatchParams params;
+  params.dp = 8;
+  params.micro_batches = 2;
+  const FlopsSampleCost cost(VisionUnit::kTiles);
+  const BatchPlan plan = IsfBatcher().plan(data, params, cost, 0);
+  const PlanAudit audit = audit_plan(plan, data);
+  EXPECT_TRUE(audit.ok(plan));
+  EXPECT_EQ(plan.dropped, 0);
+  EXPECT_EQ(audit.duplicated, 0);
+  // Enough samples in the last step to split groups: nothing repeated.
+  EXPECT_EQ(plan.repeated, 0);
+}
+
+TEST(IsfBatcher, RemainderGroupsDoNotPileOntoTheLastRanks) {
+  // Q5: with contiguous buckets the unfiltered remainder would all land on the last rank(s).
+  const Dataset data = testing::bundled_dataset();
+  BatchParams params;
+  params.dp = 8;
+  const BatchPlan plan = IsfBatcher().plan(data, params, FlopsSampleCost(VisionUnit::kTiles), 0);
+  const IsfParams p = isf_params(params, data);
+  std::vector<int64_t> not_full(params.dp, 0);
+  for (int64_t s = 0; s < plan.steps(); ++s) {
+    for (int r = 0; r < params.dp; ++r) not_full[r] += !isf_full(data, plan.micro_batch(s, r, 0), p);
+  }
+  const auto [lo, hi] = std::minmax_element(not_full.begin(), not_full.end());
+  EXPECT_GT(*lo, 0);
+  EXPECT_LT(static_cast<double>(*hi), 1.3 * static_cast<double>(*lo));
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,289 @@
+#include "fulcrum/data/length_file.h"
+
+#include <csv.h>
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <charconv>
+#include <limits>
+#include <vector>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+namespace {
+
+namespace od = simdjson::ondemand;
+
+// The fields of one record before validation; `where` names the record in messages ("record 3", "line 4").
+struct RecordFields {
+  std::optional<int64_t> vit_num, vision_tokens, token_num, image_flags;
+  std::string task;
+};
+
+// Validates a record and appends it; all rules live here so every format agrees.
+class RecordSink {
+ public:
+  RecordSink(const std::string& file, Dataset& dataset) : file_(file), dataset_(dataset) {
+    if (!dataset_.empty()) unit_ = dataset_.vision_unit();
+  }
+
+  [[noreturn]] void fail(std::string_view where, std::string_view what) const {
+    throw InputError(fmt::format("{}: {}: {}", file_, where, what));
+  }
+
+  void add(const RecordFields& r, std::string_view where) {
+    if (!r.token_num) fail(where, "missing field token_num");
+    if (*r.token_num <= 0) fail(where, fmt::format("token_num must be a positive integer, got {}", *r.token_num));
+    if (r.vit_num && r.vision_tokens) fail(where, "has both vit_num and vision_tokens; give one");
+    if (!r.vit_num && !r.vision_tokens) fail(where, "missing field vit_num (or vision_tokens)");
+    const VisionUnit unit = r.vit_num ? VisionUnit::kTiles : VisionUnit::kPatchTokens;
+    const char* field = r.vit_num ? "vit_num" : "vision_tokens";
+    const int64_t vision = r.vit_num ? *r.vit_num : *r.vision_tokens;
+    if (vision < 0) fail(where, fmt::format("{} must be >= 0, got {}", field, vision));
+    if (unit_ && *unit_ != unit) {
+      fail(where, fmt::format("gives {} but earlier records give {}; one dataset uses one vision unit", field,
+                              *unit_ == VisionUnit::kTiles ? "vit_num" : "vision_tokens"));
+    }
+    if (!unit_) {
+      unit_ = unit;
+      if (dataset_.empty()) dataset_.set_vision_unit(unit);
+    }
+    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+    if (vision > kMax) fail(where, fmt::format("{} is too large: {}", field, vision));
+    if (*r.token_num > kMax) fail(where, fmt::format("token_num is too large: {}", *r.token_num));
+    int64_t images = r.image_flags ? *r.image_flags : vision;
+    if (unit == VisionUnit::kPatchTokens && !r.image_flags) images = vision > 0 ? 1 : 0;
+    if (images < 0) {
+      fail(where, fmt::format("image_flags must be >= 0, got {} (a sample that failed preprocessing)", images));
+    }
+    if (images > kMax) fail(where, fmt::format("image_flags is too large: {}", images));
+    dataset_.add(static_cast<uint32_t>(vision), static_cast<uint32_t>(*r.token_num), static_cast<int32_t>(images),
+                 r.task);
+    ++records_;
+  }
+
+  uint32_t records() const { return records_; }
+
+ private:
+  const std::string& file_;
+  Dataset& dataset_;
+  std::optional<VisionUnit> unit_;
+  uint32_t records_ = 0;
+};
+
+std::string_view json_error_text(simdjson::error_code error) { return simdjson::error_message(error); }
+
+// True when nothing but whitespace follows what was read (simdjson reports the end as out of bounds).
+bool at_end(od::document& doc) { return doc.current_location().error() == simdjson::OUT_OF_BOUNDS; }
+
+// Reads the fields of one JSON object record.
+void read_json_record(od::object object, RecordSink& sink, std::string_view where, RecordFields& r) {
+  r = RecordFields{};
+  for (auto field_result : object) {
+    od::field field;
+    if (auto error = std::move(field_result).get(field)) sink.fail(where, fmt::format("malformed JSON ({})", json_error_text(error)));
+    std::string_view key;
+    if (auto error = field.unescaped_key().get(key)) {
+      sink.fail(where, fmt::format("malformed JSON ({})", json_error_text(error)));
+    }
+    std::optional<int64_t>* slot = nullptr;
+    if (key == "vit_num") slot = &r.vit_num;
+    else if (key == "vision_tokens") slot = &r.vision_tokens;
+    else if (key == "token_num") slot = &r.token_num;
+    else if (key == "image_flags") slot = &r.image_flags;
+    if (slot) {
+      if (slot->has_value()) sink.fail(where, fmt::format("field {} appears twice", key));
+      int64_t value = 0;
+      if (field.value().get_int64().get(value)) sink.fail(where, fmt::format("{} must be an integer", key));
+      *slot = value;
+    } else if (key == "task") {
+      std::string_view task;
+      if (field.value().get_string().get(task)) sink.fail(where, "task must be a string");
+      r.task.assign(task);
+    }  // other fields are allowed and skipped
+  }
+}
+
+void parse_json_array(std::string_view text, const std::string& file, RecordSink& sink) {
+  od::parser parser;
+  od::document doc;
+  if (auto error = parser.iterate(text.data(), text.size(), text.size() + simdjson::SIMDJSON_PADDING).get(doc)) {
+    throw InputError(fmt::format("{}: malformed JSON ({})", file, json_error_text(error)));
+  }
+  od::array array;
+  if (auto error = doc.get_array().get(array)) {
+    if (error == simdjson::INCORRECT_TYPE) throw InputError(fmt::format("{}: expected a JSON array of records", file));
+    throw InputError(fmt::format("{}: malformed JSON ({})", file, json_error_text(error)));
+  }
+  RecordFields fields;
+  uint64_t index = 0;
+  for (auto element : array) {
+    const std::string where = fmt::format("record {}", index);
+    od::object object;
+    if (auto error = element.get_object().get(object)) {
+      sink.fail(where, error == simdjson::INCORRECT_TYPE ? std::string("expected a JSON object")
+                                                         : fmt::format("malformed JSON ({})", json_error_text(error)));
+    }
+    read_json_record(object, sink, where, fields);
+    sink.add(fields, where);
+    ++index;
+  }
+  if (!at_end(doc)) throw InputError(fmt::format("{}: malformed JSON (content after the array)", file));
+}
+
+void parse_json_lines(std::string_view text, RecordSink& sink) {
+  od::parser parser;
+  RecordFields fields;
+  size_t line_start = 0;
+  uint64_t line_number = 0;
+  while (line_start < text.size()) {
+    size_t line_end = text.find('\n', line_start);
+    if (line_end == std::string_view::npos) line_end = text.size();
+    ++line_number;
+    std::string_view line = text.substr(line_start, line_end - line_start);
+    const size_t capacity = text.size() + simdjson::SIMDJSON_PADDING - line_start;
+    line_start = line_end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = fmt::format("line {}", line_number);
+    od::document doc;
+    if (auto error = parser.iterate(line.data(), line.size(), capacity).get(doc)) {
+      sink.fail(where, fmt::format("malformed JSON ({})", json_error_text(error)));
+    }
+    od::object object;
+    if (auto error = doc.get_object().get(object)) {
+      sink.fail(where, error == simdjson::INCORRECT_TYPE ? std::string("expected a JSON object")
+                                                         : fmt::format("malformed JSON ({})", json_error_text(error)));
+    }
+    read_json_record(object, sink, where, fields);
+    if (!at_end(doc)) sink.fail(where, "malformed JSON (content after the object)");
+    sink.add(fields, where);
+  }
+}
+
+// CSV through libcsv: the first row names the columns.
+class CsvReader {
+ public:
+  CsvReader(const std::string& file, RecordSink& sink) : file_(file), sink_(sink) {}
+
+  void parse(std::string_view text) {
+    csv_parser parser;
+    if (csv_init(&parser, CSV_STRICT | CSV_STRICT_FINI | CSV_EMPTY_IS_NULL) != 0) {
+      throw std::bad_alloc();
+    }
+    struct Guard {
+      csv_parser* p;
+      ~Guard() { csv_free(p); }
+    } guard{&parser};
+    if (csv_parse(&parser, text.data(), text.size(), &CsvReader::on_field, &CsvReader::on_row, this) != text.size() ||
+        csv_fini(&parser, &CsvReader::on_field, &CsvReader::on_row, this) != 0) {
+      throw InputError(fmt::format("{}: line {}: malformed CSV ({})", file_, row_ + 1,
+                                   csv_strerror(csv_error(&parser))));
+    }
+    if (!header_done_) throw InputError(fmt::format("{}: empty CSV file (no header row)", file_));
+  }
+
+ private:
+  enum Column { kVitNum, kVisionTokens, kTokenNum, kImageFlags, kTask, kOther };
+
+  static void on_field(void* data, size_t size, void* self) {
+    static_cast<CsvReader*>(self)->fields_.push_back(
+        data ? std::optional<std::string>(std::string(static_cast<const char*>(data), size)) : std::nullopt);
+  }
+  static void on_row(int, void* self) { static_cast<CsvReader*>(self)->end_row(); }
+
+  void end_row() {
+    ++row_;
+    std::vector<std::optional<std::string>> fields = std::move(fields_);
+    fields_.clear();
+    if (!header_done_) {
+      for (const auto& name : fields) {
+        const std::string n = name.value_or("");
+        columns_.push_back(n == "vit_num" ? kVitNum : n == "vision_tokens" ? kVisionTokens
+                           : n == "token_num" ? kTokenNum : n == "image_flags" ? kImageFlags
+                           : n == "task" ? kTask : kOther);
+      }
+      header_done_ = true;
+      return;
+    }
+    const std::string where = fmt::format("line {}", row_);
+    if (fields.size() != columns_.size()) {
+      sink_.fail(where, fmt::format("has {} fields, the header has {}", fields.size(), columns_.size()));
+    }
+    RecordFields r;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (columns_[i] == kOther) continue;
+      if (columns_[i] == kTask) {
+        r.task = fields[i].value_or("");
+        continue;
+      }
+      if (!fields[i]) continue;  // an empty cell is an absent field
+      const std::string& text = *fields[i];
+      int64_t value = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      const char* name = columns_[i] == kVitNum ? "vit_num" : columns_[i] == kVisionTokens ? "vision_tokens"
+                         : columns_[i] == kTokenNum ? "token_num" : "image_flags";
+      if (ec != std::errc() || end != text.data() + text.size()) {
+        sink_.fail(where, fmt::format("{} must be an integer, got '{}'", name, text));
+      }
+      (columns_[i] == kVitNum ? r.vit_num : columns_[i] == kVisionTokens ? r.vision_tokens
+       : columns_[i] == kTokenNum ? r.token_num : r.image_flags) = value;
+    }
+    sink_.add(r, where);
+  }
+
+  const std::string& file_;
+  RecordSink& sink_;
+  bool header_done_ = false;
+  std::vector<Column> columns_;
+  std::vector<std::optional<std::string>> fields_;
+  uint64_t row_ = 0;
+};
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+std::optional<LengthFormat> detect_length_format(std::string_view path, std::string_view text) {
+  if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return LengthFormat::kJsonLines;
+  if (ends_with(path, ".csv")) return LengthFormat::kCsv;
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && text[first] == '[') return LengthFormat::kJsonArray;
+  if (first != std::string_view::npos && text[first] == '{') {
+    if (ends_with(path, ".json")) return std::nullopt;  // a meta index
+    return LengthFormat::kJsonLines;
+  }
+  return LengthFormat::kJsonArray;  // and let the parser say what is wrong
+}
+
+uint32_t parse_length_records(std::string_view text, LengthFormat format, const std::string& file,
+                              Dataset& dataset) {
+  const size_t size_before = dataset.size();
+  RecordSink sink(file, dataset);
+  try {
+    switch (format) {
+      case LengthFormat::kJsonArray: parse_json_array(text, file, sink); break;
+      case LengthFormat::kJsonLines: parse_json_lines(text, sink); break;
+      case LengthFormat::kCsv: CsvReader(file, sink).parse(text); break;
+    }
+  } catch (...) {
+    dataset.truncate(size_before);
+    throw;
+  }
+  return sink.records();
+}
+
+uint32_t read_length_file(const std::string& path, Dataset& dataset) {
+  simdjson::padded_string text;
+  if (auto error = simdjson::padded_string::load(path).get(text)) {
+    throw InputError(fmt::format("{}: cannot read ({})", path, simdjson::error_message(error)));
+  }
+  std::string_view view(text.data(), text.size());
+  std::optional<LengthFormat> format = detect_length_format(path, view);
+  if (!format) throw InputError(fmt::format("{}: a JSON object, not a length file (a meta index?)", path));
+  return parse_length_records(view, *format, path, dataset);
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,151 @@
+#include "fulcrum/data/length_file.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <string>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Parses `text` as `format`; the copy gives simdjson the padding it reads past the end.
+Dataset parse(const std::string& text, LengthFormat format) {
+  std::string padded = text + std::string(simdjson::SIMDJSON_PADDING, ' ');
+  Dataset data;
+  parse_length_records(std::string_view(padded.data(), text.size()), format, "f.json", data);
+  return data;
+}
+
+std::string error_of(const std::string& text, LengthFormat format) {
+  try {
+    parse(text, format);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(LengthFile, ReadsOmniBalArray) {
+  Dataset d = parse(R"([{"vit_num": 5, "token_num": 811, "image_flags": 5},
+                        {"vit_num": 1, "token_num": 300, "image_flags": 0, "extra": [1, {"x": 2}]}])",
+                    LengthFormat::kJsonArray);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d.vision_unit(), VisionUnit::kTiles);
+  EXPECT_EQ(d.vision(0), 5u);
+  EXPECT_EQ(d.tokens(0), 811u);
+  EXPECT_EQ(d.images(0), 5);
+  EXPECT_EQ(d.images(1), 0);
+}
+
+TEST(LengthFile, ReadsJsonLinesWithTasksAndPatchTokens) {
+  Dataset d = parse("{\"vision_tokens\": 1024, \"token_num\": 1300, \"task\": \"caption\"}\n\n"
+                    "{\"vision_tokens\": 0, \"token_num\": 90, \"task\": \"chat\"}\n",
+                    LengthFormat::kJsonLines);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d.vision_unit(), VisionUnit::kPatchTokens);
+  EXPECT_EQ(d.images(0), 1);  // defaults to one image when patch tokens are given
+  EXPECT_EQ(d.images(1), 0);
+  EXPECT_EQ(d.task_names()[d.task(0)], "caption");
+  EXPECT_EQ(d.task_names()[d.task(1)], "chat");
+}
+
+TEST(LengthFile, ReadsCsvWithHeaderInAnyOrder) {
+  Dataset d = parse("token_num,note,vit_num,image_flags\n811,\"a, b\",5,5\n300,,1,\n", LengthFormat::kCsv);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d.tokens(0), 811u);
+  EXPECT_EQ(d.vision(0), 5u);
+  EXPECT_EQ(d.images(1), 1);  // empty cell: image_flags defaults to the tiles
+}
+
+TEST(LengthFile, DetectsFormat) {
+  EXPECT_EQ(detect_length_format("a.jsonl", "{"), LengthFormat::kJsonLines);
+  EXPECT_EQ(detect_length_format("a.csv", "vit_num"), LengthFormat::kCsv);
+  EXPECT_EQ(detect_length_format("a.json", " [ "), LengthFormat::kJsonArray);
+  EXPECT_EQ(detect_length_format("a.json", "{"), std::nullopt);  // a meta index
+  EXPECT_EQ(detect_length_format("a.txt", "{\"vit_num\":1}"), LengthFormat::kJsonLines);
+}
+
+struct BadInput {
+  const char* name;
+  LengthFormat format;
+  std::string text;
+  const char* message;  // what the one-line error must say
+};
+
+class LengthFileBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(LengthFileBadInput, OneClearErrorNamingFileAndRecord) {
+  const BadInput& c = GetParam();
+  const std::string error = error_of(c.text, c.format);
+  EXPECT_THAT(error, HasSubstr("f.json")) << c.name;
+  EXPECT_THAT(error, HasSubstr(c.message)) << c.name;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, LengthFileBadInput,
+    ::testing::Values(
+        BadInput{"malformed", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 3)", "malformed JSON"},
+        BadInput{"truncated_file", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 30}, {"vit_num": )",
+                 "malformed JSON"},
+        BadInput{"bad_value", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 30}, {"vit_num": tru}])",
+                 "record 1"},
+        BadInput{"not_array", LengthFormat::kJsonArray, R"("hello")", "expected a JSON array"},
+        BadInput{"not_object", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 30}, 7])",
+                 "record 1: expected a JSON object"},
+        BadInput{"missing_tokens", LengthFormat::kJsonArray, R"([{"vit_num": 1}])", "record 0: missing field token_num"},
+        BadInput{"missing_vision", LengthFormat::kJsonArray, R"([{"token_num": 10}])", "missing field vit_num"},
+        BadInput{"float_tokens", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 10.5}])",
+                 "token_num must be an integer"},
+        BadInput{"string_tiles", LengthFormat::kJsonArray, R"([{"vit_num": "3", "token_num": 10}])",
+                 "vit_num must be an integer"},
+        BadInput{"negative_tiles", LengthFormat::kJsonArray,
+                 R"([{"vit_num": 1, "token_num": 10}, {"vit_num": -2, "token_num": 10}])",
+                 "record 1: vit_num must be >= 0, got -2"},
+        BadInput{"zero_tokens", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 0}])",
+                 "token_num must be a positive integer, got 0"},
+        BadInput{"negative_tokens", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": -5}])",
+                 "token_num must be a positive integer, got -5"},
+        BadInput{"failed_sample", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 5, "image_flags": -1}])",
+                 "image_flags must be >= 0"},
+        BadInput{"huge_tokens", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 99999999999}])",
+                 "token_num is too large"},
+        BadInput{"both_units", LengthFormat::kJsonArray, R"([{"vit_num": 1, "vision_tokens": 4, "token_num": 5}])",
+                 "both vit_num and vision_tokens"},
+        BadInput{"mixed_units", LengthFormat::kJsonArray,
+                 R"([{"vit_num": 1, "token_num": 5}, {"vision_tokens": 4, "token_num": 5}])",
+                 "record 1: gives vision_tokens but earlier records give vit_num"},
+        BadInput{"duplicate_field", LengthFormat::kJsonArray, R"([{"vit_num": 1, "vit_num": 2, "token_num": 5}])",
+                 "appears twice"},
+        BadInput{"trailing", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 5}] [])", "after the array"},
+        BadInput{"jsonl_bad_line", LengthFormat::kJsonLines, "{\"vit_num\":1,\"token_num\":5}\n{\"vit_num\":1,}\n",
+                 "line 2"},
+        BadInput{"jsonl_tokens", LengthFormat::kJsonLines, "{\"vit_num\":1,\"token_num\":0}\n",
+                 "line 1: token_num must be a positive integer"},
+        BadInput{"csv_non_integer", LengthFormat::kCsv, "vit_num,token_num\n1,20\n1,2x\n",
+                 "line 3: token_num must be an integer, got '2x'"},
+        BadInput{"csv_fields", LengthFormat::kCsv, "vit_num,token_num\n1,20,7\n", "line 2: has 3 fields"},
+        BadInput{"csv_negative", LengthFormat::kCsv, "vit_num,token_num\n-1,20\n", "vit_num must be >= 0"},
+        BadInput{"csv_quote", LengthFormat::kCsv, "vit_num,token_num\n1,\"20\n", "malformed CSV"},
+        BadInput{"csv_empty", LengthFormat::kCsv, "", "empty CSV"}),
+    [](const ::testing::TestParamInfo<BadInput>& info) { return std::string(info.param.name); });
+
+TEST(LengthFile, BadRecordLeavesDatasetUnchanged) {
+  Dataset d;
+  std::string ok = R"([{"vit_num": 1, "token_num": 10}])" + std::string(simdjson::SIMDJSON_PADDING, ' ');
+  parse_length_records(std::string_view(ok.data(), ok.size() - simdjson::SIMDJSON_PADDING), LengthFormat::kJsonArray,
+                       "a.json", d);
+  std::string bad = R"([{"vit_num": 1, "token_num": 10}, {"vit_num": 1}])" + std::string(simdjson::SIMDJSON_PADDING, ' ');
+  EXPECT_THROW(parse_length_records(std::string_view(bad.data(), bad.size() - simdjson::SIMDJSON_PADDING),
+                                    LengthFormat::kJsonArray, "b.json", d),
+               InputError);
+  EXPECT_EQ(d.size(), 1u);
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,49 @@
+#include "fulcrum/data/plan_json.h"
+
+#include <gtest/gtest.h>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/flops_sample_cost.h"
+#include "fulcrum/data/batcher.h"
+#include "fulcrum/data/test_data.h"
+
+namespace fulcrum {
+namespace {
+
+TEST(PlanJson, RoundTrips) {
+  const Dataset data = testing::random_dataset(500, 1);
+  BatchParams params;
+  params.dp = 3;
+  params.micro_batches = 2;
+  params.seed = 9;
+  const BatchPlan plan = make_batcher("fulcrum")->plan(data, params, FlopsSampleCost(VisionUnit::kTiles), 0);
+  const std::string text = plan_to_json(plan);
+  const BatchPlan back = plan_from_json(text, "plan.json");
+  EXPECT_TRUE(same_batches(plan, back));
+  EXPECT_EQ(back.seed, 9u);
+  EXPECT_EQ(back.samples_in, 500);
+  EXPECT_EQ(back.repeated, plan.repeated);
+  EXPECT_EQ(plan_to_json(back), text);
+}
+
+TEST(PlanJson, ShapeIsStepsRanksMicroBatches) {
+  BatchPlan plan("x", 2, 1, false);
+  const std::vector<uint32_t> a{4, 2}, b{7};
+  plan.add_micro_batch(a);
+  plan.add_micro_batch(b);
+  const std::string text = plan_to_json(plan);
+  EXPECT_NE(text.find("\"steps\":[\n[[[4,2]],[[7]]]]"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"packing\":\"packed\""), std::string::npos);
+}
+
+TEST(PlanJson, RejectsMalformedPlans) {
+  EXPECT_THROW(plan_from_json("{", "p.json"), InputError);
+  EXPECT_THROW(plan_from_json(R"({"fulcrum":2,"kind":"batch_plan"})", "p.json"), InputError);
+  EXPECT_THROW(plan_from_json(R"({"fulcrum":1,"kind":"batch_plan","algo":"x","dp":2,"micro_batches_per_rank":1,
+    "packing":"packed","seed":0,"epoch":0,"first_step":0,"samples_in":1,"repeated":0,"dropped":0,"steps":[[[[0]]]]})",
+                              "p.json"),
+               InputError);  // one rank in a dp-2 plan
+}
+
+}  // namespace
+}  // namespace fulcrum
