@@ -20,7 +20,7 @@ namespace fulcrum {
 //   2. Swap: bins sorted by time are paired lightest with heaviest; in each pair the single move or swap of
 //      samples that most lowers the heavier bin is applied, for a few rounds. This removes most of LPT's
 //      residual spread, which is of the order of the smallest sample.
-//   3. Group: bins are sorted by (vision units, time) and consecutive runs of dp bins form one micro-batch slot
+//   3. Group: bins are sorted by (vision units, tokens) and consecutive runs of dp bins form one micro-batch slot
 //      of a step. Since only bins in the same step must match, sorting makes nearly every step hold bins with
 //      the same whole number of tiles and almost the same time: the ViT Dist Ratio falls to its floor, and
 //      the residual time spread inside a step is a fraction of the window's.

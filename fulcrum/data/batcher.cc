@@ -24,6 +24,14 @@ std::unique_ptr<Batcher> make_batcher(std::string_view algo) {
   throw InputError(fmt::format("unknown batcher '{}' (one of: {})", algo, fmt::join(batcher_names(), ", ")));
 }
 
+BatchPlan new_plan(std::string_view algo, const BatchParams& params, const Dataset& data, bool padded) {
+  BatchPlan plan(std::string(algo), params.dp, params.micro_batches, padded);
+  plan.samples_in = static_cast<int64_t>(data.size());
+  plan.seed = params.seed;
+  plan.epoch = params.epoch;
+  return plan;
+}
+
 void check_params(const BatchParams& p, const Dataset& data) {
   if (p.dp < 1) throw InputError(fmt::format("--dp must be at least 1, got {}", p.dp));
   if (p.micro_batches < 1) throw InputError(fmt::format("--microbatches must be at least 1, got {}", p.micro_batches));

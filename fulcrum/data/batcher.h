@@ -53,6 +53,9 @@ class Batcher {
 std::unique_ptr<Batcher> make_batcher(std::string_view algo);
 const std::vector<std::string>& batcher_names();
 
+// An empty plan carrying the run's identity (algo, dp, M, seed, epoch, samples in).
+BatchPlan new_plan(std::string_view algo, const BatchParams& params, const Dataset& data, bool padded);
+
 // Checks parameters that every batcher shares; throws InputError with a one-line reason.
 void check_params(const BatchParams& params, const Dataset& data);
 

@@ -51,6 +51,18 @@ int64_t even_part_size(int64_t total, int64_t parts, int64_t index) {
   return total / parts + (index < total % parts ? 1 : 0);
 }
 
+BatchPlan plan_from_order(std::string_view algo, std::vector<uint32_t> order, const BatchParams& params,
+                          const Dataset& data, bool padded, int64_t first_step) {
+  const StepStream stream = cut_into_steps(std::move(order), params.resolved_samples_per_step(),
+                                           params.slots_per_step(), params.drop_last);
+  BatchPlan plan = new_plan(algo, params, data, padded);
+  plan.repeated = stream.repeated;
+  plan.dropped = stream.dropped;
+  plan.reserve(stream.order.size(), static_cast<size_t>(stream.steps() * params.slots_per_step()));
+  for (int64_t s = 0; s < stream.steps(); ++s) append_step_evenly(plan, stream.step(s));
+  return first_step == 0 ? plan : plan.tail(first_step);
+}
+
 void append_step_evenly(BatchPlan& plan, std::span<const uint32_t> samples) {
   const int64_t slots = static_cast<int64_t>(plan.dp()) * plan.micro_batches_per_rank();
   const int64_t total = static_cast<int64_t>(samples.size());

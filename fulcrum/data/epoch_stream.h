@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fulcrum/core/batch_plan.h"
+#include "fulcrum/data/batcher.h"
 
 namespace fulcrum {
 
@@ -33,6 +34,11 @@ StepStream cut_into_steps(std::vector<uint32_t> order, int64_t samples_per_step,
 
 // Sizes of `parts` contiguous pieces of `total` items that differ by at most one, larger ones first.
 int64_t even_part_size(int64_t total, int64_t parts, int64_t index);
+
+// A plan that cuts `order` into steps of samples_per_step and lays each step out evenly (append_step_evenly):
+// the shape of the random and length-grouped baselines. Returns the steps from `first_step` on.
+BatchPlan plan_from_order(std::string_view algo, std::vector<uint32_t> order, const BatchParams& params,
+                          const Dataset& data, bool padded, int64_t first_step);
 
 // Appends one step: rank r's micro-batch j takes the (r·M + j)-th of dp·M contiguous, near-equal pieces.
 void append_step_evenly(BatchPlan& plan, std::span<const uint32_t> samples);

@@ -16,30 +16,44 @@ namespace {
 constexpr uint64_t kIsfPurpose = 0x697366ULL;         // "isf"
 constexpr uint64_t kIsfDealPurpose = 0x6973666465ULL;  // "isfde"
 
-// One greedy pass over `pool` in a random order (FILL in §3.3).
-void fill(const Dataset& data, std::vector<uint32_t>& pool, Rng& rng, const IsfParams& p, Groups& out) {
-  rng.shuffle(std::span<uint32_t>(pool));
-  isf_fill(data, pool, p, out);
+// A sample with its loads beside its id, so passes read one contiguous array instead of looking ids up.
+struct Rec {
+  uint32_t id;
+  uint32_t vision;
+  uint32_t tokens;
+};
+
+// FILL over records already in pass order; group g is recs[begin[g], begin[g + 1]).
+void fill_records(std::span<const Rec> pool, const IsfParams& p, std::vector<Rec>& recs, std::vector<size_t>& begin) {
+  recs.clear();
+  begin.assign(1, 0);
+  int64_t vision = 0, tokens = 0;
+  for (const Rec& r : pool) {
+    if (vision + r.vision > p.vision_cap || tokens + r.tokens > p.token_cap) {
+      if (recs.size() > begin.back()) begin.push_back(recs.size());
+      vision = 0;
+      tokens = 0;
+    }
+    recs.push_back(r);
+    vision += r.vision;
+    tokens += r.tokens;
+  }
+  if (recs.size() > begin.back()) begin.push_back(recs.size());  // always flush (Q2)
 }
 
 }  // namespace
 
 void isf_fill(const Dataset& data, std::span<const uint32_t> order, const IsfParams& p, Groups& out) {
-  int64_t vision = 0, tokens = 0;
-  size_t open_begin = out.ids.size();
-  for (uint32_t id : order) {
-    const int64_t v = data.vision(id), t = data.tokens(id);
-    if (vision + v > p.vision_cap || tokens + t > p.token_cap) {
-      if (out.ids.size() > open_begin) out.begin.push_back(out.ids.size());
-      open_begin = out.ids.size();
-      vision = 0;
-      tokens = 0;
-    }
-    out.ids.push_back(id);
-    vision += v;
-    tokens += t;
+  std::vector<Rec> pool, recs;
+  std::vector<size_t> begin;
+  for (uint32_t id : order) pool.push_back({id, data.vision(id), data.tokens(id)});
+  fill_records(pool, p, recs, begin);
+  std::vector<uint32_t> ids;
+  for (size_t g = 0; g + 1 < begin.size(); ++g) {
+    ids.clear();
+    for (size_t k = begin[g]; k < begin[g + 1]; ++k) ids.push_back(recs[k].id);
+    out.add(ids);
   }
-  if (out.ids.size() > open_begin) out.begin.push_back(out.ids.size());  // always flush (Q2)
 }
 
 bool isf_full(const Dataset& data, std::span<const uint32_t> group, const IsfParams& p) {
@@ -52,35 +66,47 @@ bool isf_full(const Dataset& data, std::span<const uint32_t> group, const IsfPar
 }
 
 Groups isf_groups(const Dataset& data, const IsfParams& p, OversizePolicy oversize) {
-  std::vector<uint32_t> pool, over;
+  std::vector<Rec> pool;
+  std::vector<uint32_t> over;
   pool.reserve(data.size());
   for (uint32_t id = 0; id < data.size(); ++id) {
     if (data.vision(id) > p.vision_cap || data.tokens(id) > p.token_cap) {
       if (oversize == OversizePolicy::kError) throw_oversize(data, id, p.vision_cap, p.token_cap);
       over.push_back(id);
     } else {
-      pool.push_back(id);
+      pool.push_back({id, data.vision(id), data.tokens(id)});
     }
   }
-  Groups out, groups;
-  groups.ids.reserve(pool.size());
+  Groups out;
   out.ids.reserve(data.size());
-  Rng first({p.seed, static_cast<uint64_t>(p.epoch), kIsfPurpose, 0});
-  fill(data, pool, first, p, groups);
-  for (int pass = 1; pass < p.passes && groups.size() > 0; ++pass) {
+  std::vector<Rec> recs;
+  std::vector<size_t> begin;
+  recs.reserve(pool.size());
+  auto emit = [&out](std::span<const Rec> group) {
+    for (const Rec& r : group) out.ids.push_back(r.id);
+    out.begin.push_back(out.ids.size());
+  };
+  for (int pass = 0; pass < p.passes; ++pass) {
+    Rng rng({p.seed, static_cast<uint64_t>(p.epoch), kIsfPurpose, static_cast<uint64_t>(pass)});
+    rng.shuffle(std::span<Rec>(pool));
+    fill_records(pool, p, recs, begin);
+    const bool last = pass + 1 == p.passes;
     pool.clear();
-    for (size_t g = 0; g < groups.size(); ++g) {
-      if (isf_full(data, groups.group(g), p)) {
-        out.add(groups.group(g));
+    for (size_t g = 0; g + 1 < begin.size(); ++g) {
+      std::span<const Rec> group(recs.data() + begin[g], recs.data() + begin[g + 1]);
+      int64_t vision = 0, tokens = 0;
+      for (const Rec& r : group) {
+        vision += r.vision;
+        tokens += r.tokens;
+      }
+      if (last || vision >= p.vision_full || tokens >= p.text_full) {
+        emit(group);  // full, or the last pass's groups, accepted without filtering
       } else {
-        pool.insert(pool.end(), groups.group(g).begin(), groups.group(g).end());  // recycle, never drop
+        pool.insert(pool.end(), group.begin(), group.end());  // recycle, never drop
       }
     }
-    groups = Groups{};
-    Rng rng({p.seed, static_cast<uint64_t>(p.epoch), kIsfPurpose, static_cast<uint64_t>(pass)});
-    fill(data, pool, rng, p, groups);
+    if (pool.empty()) break;  // Q3: nothing left to regroup
   }
-  for (size_t g = 0; g < groups.size(); ++g) out.add(groups.group(g));  // the last pass, unfiltered
   for (uint32_t id : over) out.add(std::span<const uint32_t>(&id, 1));
   return out;
 }
@@ -107,10 +133,7 @@ BatchPlan deal_groups(const Groups& groups, const Dataset& data, const BatchPara
   Rng rng({params.seed, static_cast<uint64_t>(params.epoch), kIsfDealPurpose});
   rng.shuffle(std::span<uint32_t>(order));
 
-  BatchPlan plan("isf", params.dp, params.micro_batches, /*padded=*/false);
-  plan.samples_in = static_cast<int64_t>(data.size());
-  plan.seed = params.seed;
-  plan.epoch = params.epoch;
+  BatchPlan plan = new_plan("isf", params, data, /*padded=*/false);
   plan.reserve(data.size() + static_cast<size_t>(slots), groups.size() + static_cast<size_t>(slots));
   const int64_t full_steps = static_cast<int64_t>(groups.size()) / slots;
   for (int64_t k = 0; k < full_steps * slots; ++k) plan.add_micro_batch(groups.group(order[k]));

@@ -80,18 +80,9 @@ std::vector<uint32_t> modality_length_grouped_order(const Dataset& data, int64_t
 
 BatchPlan LengthGroupedBatcher::plan(const Dataset& data, const BatchParams& params, const SampleCost&,
                                      int64_t first_step) const {
-  const int64_t per_step = params.resolved_samples_per_step();
-  StepStream stream =
-      cut_into_steps(modality_length_grouped_order(data, per_step, params.dp, params.seed, params.epoch), per_step,
-                     params.slots_per_step(), params.drop_last);
-  BatchPlan plan(std::string(name()), params.dp, params.micro_batches, /*padded=*/true);
-  plan.samples_in = static_cast<int64_t>(data.size());
-  plan.repeated = stream.repeated;
-  plan.dropped = stream.dropped;
-  plan.seed = params.seed;
-  plan.epoch = params.epoch;
-  for (int64_t s = 0; s < stream.steps(); ++s) append_step_evenly(plan, stream.step(s));
-  return first_step == 0 ? plan : plan.tail(first_step);
+  return plan_from_order(
+      name(), modality_length_grouped_order(data, params.resolved_samples_per_step(), params.dp, params.seed, params.epoch),
+      params, data, /*padded=*/true, first_step);
 }
 
 }  // namespace fulcrum

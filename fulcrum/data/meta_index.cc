@@ -63,7 +63,9 @@ std::vector<MetaEntry> parse_meta_index(std::string_view text, const std::string
   }
   if (!index.is_object()) throw InputError(fmt::format("{}: a meta index must be a JSON object", file));
   std::vector<MetaEntry> entries;
-  for (const auto& [name, value] : index.items()) {
+  for (const auto& item : index.items()) {
+    const std::string& name = item.key();
+    const nlohmann::json& value = item.value();
     auto fail = [&](std::string_view what) {
       throw InputError(fmt::format("{}: entry '{}': {}", file, name, what));
     };
