@@ -31,6 +31,8 @@ FlopsCoefficients parse_flops_coefficients(std::string_view text, const std::str
     json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+    throw InputError(fmt::format("{}: malformed JSON ({})", file, e.what()));
   }
   if (!json.is_object()) throw InputError(fmt::format("{}: expected a JSON object of coefficients", file));
   FlopsCoefficients c;

@@ -36,6 +36,7 @@ TEST(FlopsSampleCost, OverridesFromJson) {
   EXPECT_THROW(parse_flops_coefficients(R"({"device_flops_per_second":0})", "c.json"), InputError);
   EXPECT_THROW(parse_flops_coefficients(R"([1])", "c.json"), InputError);
   EXPECT_THROW(parse_flops_coefficients(R"({)", "c.json"), InputError);
+  EXPECT_THROW(parse_flops_coefficients(R"({"llm_token_flops": 1e999})", "c.json"), InputError);
 }
 
 }  // namespace

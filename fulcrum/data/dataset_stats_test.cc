@@ -4,6 +4,9 @@
 
 #include <vector>
 
+#include "fulcrum/data/length_file.h"
+#include "fulcrum/data/test_data.h"
+
 namespace fulcrum {
 namespace {
 
@@ -39,6 +42,29 @@ TEST(ComputeStats, CountsTextOnlyAndTasks) {
   const auto json = stats_to_json(s);
   EXPECT_EQ(json["tasks"]["chat"], 1);
   EXPECT_EQ(json["vision"]["max"], 3);
+}
+
+// The per-file figures published with the reference (reference/omnibal.md §3.8) for two of the bundled files.
+TEST(ComputeStats, AgreesWithThePublishedTableOfTheBundledFiles) {
+  struct Row {
+    const char* file;
+    int64_t tiles1, tiles3, tiles4, tiles5;
+    double mean, sd;
+    int64_t min, max;
+  };
+  const Row rows[] = {{"data/vision/ai2d_train_12k_wh_token_lengths.json", 5793, 3710, 603, 2307, 691, 397, 293, 1501},
+                      {"data/vision/chartqa_train_18k_wh_token_lengths.json", 579, 1096, 14, 16628, 1305, 207, 371, 1832}};
+  for (const Row& row : rows) {
+    Dataset data;
+    read_length_file(testing::source_path(row.file), data);
+    const DatasetStats s = compute_stats(data);
+    const std::vector<std::pair<int64_t, int64_t>> tiles{{1, row.tiles1}, {3, row.tiles3}, {4, row.tiles4}, {5, row.tiles5}};
+    EXPECT_EQ(s.vision.histogram, tiles) << row.file;
+    EXPECT_NEAR(s.tokens.mean, row.mean, 0.5) << row.file;
+    EXPECT_NEAR(s.tokens.stddev, row.sd, 1.0) << row.file;  // published rounded; ai2d computes to 396.45
+    EXPECT_EQ(s.tokens.min, row.min) << row.file;
+    EXPECT_EQ(s.tokens.max, row.max) << row.file;
+  }
 }
 
 }  // namespace

@@ -261,6 +261,9 @@ std::optional<LengthFormat> detect_length_format(std::string_view path, std::str
 uint32_t parse_length_records(std::string_view text, LengthFormat format, const std::string& file,
                               Dataset& dataset) {
   const size_t size_before = dataset.size();
+  // A record takes at least ~24 bytes of JSON (~8 of CSV): reserving that many keeps the columns from being copied
+  // as they grow; pages reserved but never written are never resident.
+  dataset.reserve(size_before + text.size() / (format == LengthFormat::kCsv ? 8 : 24));
   RecordSink sink(file, dataset);
   try {
     switch (format) {

@@ -60,6 +60,8 @@ std::vector<MetaEntry> parse_meta_index(std::string_view text, const std::string
     index = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+    throw InputError(fmt::format("{}: malformed JSON ({})", file, e.what()));
   }
   if (!index.is_object()) throw InputError(fmt::format("{}: a meta index must be a JSON object", file));
   std::vector<MetaEntry> entries;

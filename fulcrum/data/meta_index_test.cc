@@ -115,6 +115,13 @@ TEST_F(MetaIndexTest, MalformedIndexEntries) {
   }
 }
 
+TEST(ParseMetaIndex, NumberOverflowIsAnInputError) {
+  // A fuzzing finding (fuzz/regressions/meta_index_fuzz/): the JSON library reports numbers too large for a
+  // double with an exception that is not a parse error.
+  EXPECT_THROW(parse_meta_index("2e55555555555555555555", "m.json"), InputError);
+  EXPECT_THROW(parse_meta_index(R"({"a": {"token_lengths": "x", "repeat_time": 2e999}})", "m.json"), InputError);
+}
+
 TEST(BundledData, IndexLoadsTheThreeShippedFiles) {
   LoadOptions options;
   options.root = FULCRUM_SOURCE_DIR;
