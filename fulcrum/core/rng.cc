@@ -10,8 +10,6 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
 }  // namespace
 
 Rng::Rng(std::initializer_list<uint64_t> keys) {
@@ -24,34 +22,5 @@ Rng::Rng(std::initializer_list<uint64_t> keys) {
   uint64_t x = mix;
   for (uint64_t& word : state_) word = splitmix64(x);
 }
-
-uint64_t Rng::next_u64() {
-  const uint64_t result = rotl(state_[1] * 5, 7) * 9;
-  const uint64_t t = state_[1] << 17;
-  state_[2] ^= state_[0];
-  state_[3] ^= state_[1];
-  state_[1] ^= state_[2];
-  state_[0] ^= state_[3];
-  state_[2] ^= t;
-  state_[3] = rotl(state_[3], 45);
-  return result;
-}
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpedantic"  // unsigned __int128: GCC and Clang on 64-bit targets
-uint64_t Rng::below(uint64_t bound) {
-  // Lemire, "Fast random integer generation in an interval" (2019): unbiased, nearly division-free.
-  unsigned __int128 m = static_cast<unsigned __int128>(next_u64()) * bound;
-  uint64_t low = static_cast<uint64_t>(m);
-  if (low < bound) {
-    const uint64_t threshold = -bound % bound;
-    while (low < threshold) {
-      m = static_cast<unsigned __int128>(next_u64()) * bound;
-      low = static_cast<uint64_t>(m);
-    }
-  }
-  return static_cast<uint64_t>(m >> 64);
-}
-#pragma GCC diagnostic pop
 
 }  // namespace fulcrum

@@ -23,37 +23,35 @@ struct Rec {
   uint32_t tokens;
 };
 
-// FILL over records already in pass order; group g is recs[begin[g], begin[g + 1]).
-void fill_records(std::span<const Rec> pool, const IsfParams& p, std::vector<Rec>& recs, std::vector<size_t>& begin) {
-  recs.clear();
-  begin.assign(1, 0);
+// FILL over records already in pass order: `on_group(begin, end, vision, tokens)` gets each group as it closes,
+// the open one included at the end (Q2).
+template <typename OnGroup>
+void sweep(std::span<const Rec> pool, const IsfParams& p, OnGroup&& on_group) {
+  size_t open = 0;
   int64_t vision = 0, tokens = 0;
-  for (const Rec& r : pool) {
+  for (size_t i = 0; i < pool.size(); ++i) {
+    const Rec& r = pool[i];
     if (vision + r.vision > p.vision_cap || tokens + r.tokens > p.token_cap) {
-      if (recs.size() > begin.back()) begin.push_back(recs.size());
+      if (i > open) on_group(open, i, vision, tokens);
+      open = i;
       vision = 0;
       tokens = 0;
     }
-    recs.push_back(r);
     vision += r.vision;
     tokens += r.tokens;
   }
-  if (recs.size() > begin.back()) begin.push_back(recs.size());  // always flush (Q2)
+  if (pool.size() > open) on_group(open, pool.size(), vision, tokens);
 }
 
 }  // namespace
 
 void isf_fill(const Dataset& data, std::span<const uint32_t> order, const IsfParams& p, Groups& out) {
-  std::vector<Rec> pool, recs;
-  std::vector<size_t> begin;
+  std::vector<Rec> pool;
   for (uint32_t id : order) pool.push_back({id, data.vision(id), data.tokens(id)});
-  fill_records(pool, p, recs, begin);
-  std::vector<uint32_t> ids;
-  for (size_t g = 0; g + 1 < begin.size(); ++g) {
-    ids.clear();
-    for (size_t k = begin[g]; k < begin[g + 1]; ++k) ids.push_back(recs[k].id);
-    out.add(ids);
-  }
+  sweep(pool, p, [&](size_t begin, size_t end, int64_t, int64_t) {
+    for (size_t k = begin; k < end; ++k) out.ids.push_back(pool[k].id);
+    out.begin.push_back(out.ids.size());
+  });
 }
 
 bool isf_full(const Dataset& data, std::span<const uint32_t> group, const IsfParams& p) {
@@ -79,33 +77,24 @@ Groups isf_groups(const Dataset& data, const IsfParams& p, OversizePolicy oversi
   }
   Groups out;
   out.ids.reserve(data.size());
-  std::vector<Rec> recs;
-  std::vector<size_t> begin;
-  recs.reserve(pool.size());
-  auto emit = [&out](std::span<const Rec> group) {
-    for (const Rec& r : group) out.ids.push_back(r.id);
-    out.begin.push_back(out.ids.size());
-  };
-  for (int pass = 0; pass < p.passes; ++pass) {
+  std::vector<Rec> next;  // the groups of this pass that go back to the pool
+  next.reserve(pool.size());
+  for (int pass = 0; pass < p.passes && !pool.empty(); ++pass) {
     Rng rng({p.seed, static_cast<uint64_t>(p.epoch), kIsfPurpose, static_cast<uint64_t>(pass)});
     rng.shuffle(std::span<Rec>(pool));
-    fill_records(pool, p, recs, begin);
     const bool last = pass + 1 == p.passes;
-    pool.clear();
-    for (size_t g = 0; g + 1 < begin.size(); ++g) {
-      std::span<const Rec> group(recs.data() + begin[g], recs.data() + begin[g + 1]);
-      int64_t vision = 0, tokens = 0;
-      for (const Rec& r : group) {
-        vision += r.vision;
-        tokens += r.tokens;
-      }
-      if (last || vision >= p.vision_full || tokens >= p.text_full) {
-        emit(group);  // full, or the last pass's groups, accepted without filtering
+    // FILL and filter in one sweep: a group is judged as soon as it closes.
+    next.clear();
+    sweep(pool, p, [&](size_t begin, size_t end, int64_t vision, int64_t tokens) {
+      if (last || vision >= p.vision_full || tokens >= p.text_full) {  // full, or the last pass: accepted
+        for (size_t k = begin; k < end; ++k) out.ids.push_back(pool[k].id);
+        out.begin.push_back(out.ids.size());
       } else {
-        pool.insert(pool.end(), group.begin(), group.end());  // recycle, never drop
+        next.insert(next.end(), pool.begin() + static_cast<std::ptrdiff_t>(begin),
+                    pool.begin() + static_cast<std::ptrdiff_t>(end));  // recycled, never dropped
       }
-    }
-    if (pool.empty()) break;  // Q3: nothing left to regroup
+    });
+    pool.swap(next);     // empty pool: nothing left to regroup (Q3)
   }
   for (uint32_t id : over) out.add(std::span<const uint32_t>(&id, 1));
   return out;
