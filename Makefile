@@ -8,7 +8,7 @@ DATA        ?= data/internvl_sft_1.2M.json
 
 .PHONY: all setup configure demo test test-asan fuzz bench clean
 
-all: configure
+all: setup configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 configure:

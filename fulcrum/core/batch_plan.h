@@ -29,6 +29,8 @@ class BatchPlan {
   std::span<const uint32_t> micro_batch(int64_t flat_index) const;
   int64_t samples_in_step(int64_t step) const;
   const std::vector<uint32_t>& sample_ids() const { return ids_; }
+  // Micro-batch i holds sample_ids()[begins[i], begins[i + 1]); micro_batch_count() + 1 entries.
+  const std::vector<uint64_t>& micro_batch_begins() const { return begin_; }
 
   // Builds the plan micro-batch by micro-batch, in step → rank → micro-batch order.
   void add_micro_batch(std::span<const uint32_t> ids);

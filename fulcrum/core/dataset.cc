@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "fulcrum/core/error.h"
 
 namespace fulcrum {
@@ -54,6 +56,20 @@ void Dataset::repeat_range(uint32_t first, uint32_t count) {
     images_.push_back(images_[id]);
     task_.push_back(task_[id]);
   }
+}
+
+Dataset Dataset::subset(std::span<const uint32_t> ids) const {
+  Dataset out(vision_unit_);
+  out.task_names_ = task_names_;
+  out.reserve(ids.size());
+  for (uint32_t id : ids) {
+    if (id >= tokens_.size()) throw InputError(fmt::format("subset: sample {} is not in a dataset of {}", id, size()));
+    out.vision_.push_back(vision_[id]);
+    out.tokens_.push_back(tokens_[id]);
+    out.images_.push_back(images_[id]);
+    out.task_.push_back(task_[id]);
+  }
+  return out;
 }
 
 void Dataset::truncate(size_t size) {

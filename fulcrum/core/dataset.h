@@ -2,6 +2,7 @@
 #define FULCRUM_CORE_DATASET_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,8 @@ class Dataset {
   void repeat_range(uint32_t first, uint32_t count);
   // Drops samples from `size` on (undoes a partly read file).
   void truncate(size_t size);
+  // The samples `ids`, in that order, as a dataset of their own (ids renumbered from 0, sources dropped).
+  Dataset subset(std::span<const uint32_t> ids) const;
   void add_source(DatasetSource source) { sources_.push_back(std::move(source)); }
   // Index of a task name, added on first use; "" is 0.
   uint16_t intern_task(std::string_view name);

@@ -1,0 +1,30 @@
+"""Fulcrum: balanced data, stages and schedules for training multimodal LLMs at scale.
+
+The C++ core (``fulcrum._core``) reads length files and plans balanced micro-batches; this package puts it in a
+PyTorch training script::
+
+    sampler = fulcrum.BalancedBatchSampler("data/internvl_sft_1.2M.json", batch_size=4, micro_batches=2)
+    loader = fulcrum.balanced_loader(dataset, sampler, collate_fn=pack)
+    for batch, info in loader:
+        loss = fulcrum.normalize_loss(model(batch).sum(), info)
+
+PyTorch is optional: the sampler and the planner work without it.
+"""
+
+from fulcrum._core import BatchPlan, Dataset, InputError, batcher_names, measure, plan
+from fulcrum.loss import normalize_loss
+from fulcrum.sampler import BalancedBatchSampler, MicroBatch, StepInfo
+
+__all__ = [
+    "BalancedBatchSampler", "BatchPlan", "Dataset", "InputError", "MicroBatch", "StepInfo",
+    "balanced_loader", "batcher_names", "measure", "normalize_loss", "plan",
+]
+
+
+def __getattr__(name):
+    # The DataLoader helper imports torch, so it loads only when asked for.
+    if name == "balanced_loader":
+        from fulcrum.loader import balanced_loader
+
+        return balanced_loader
+    raise AttributeError(f"module 'fulcrum' has no attribute {name!r}")

@@ -1,0 +1,357 @@
+"""BalancedBatchSampler: Fulcrum's balanced micro-batches as a PyTorch ``batch_sampler``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from fulcrum import _core
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """Where a micro-batch sits in its optimizer step, and the step's global token count."""
+
+    epoch: int
+    step: int  # optimizer step within the epoch
+    micro_batch: int  # 0 .. micro_batches - 1 on this rank
+    micro_batches: int  # micro-batches per rank in every step
+    world_size: int
+    step_tokens: int  # loss tokens of the whole step: every rank, every micro-batch
+    tokens: int  # loss tokens of this micro-batch
+
+    @property
+    def loss_scale(self) -> float:
+        """Multiply a micro-batch's summed loss by this to get the step's token mean after DDP averages."""
+        return self.world_size / self.step_tokens if self.step_tokens else 0.0
+
+
+class MicroBatch(list):
+    """The sample ids of one micro-batch of this rank (a list of ints), with its ``info``."""
+
+    __slots__ = ("info",)
+
+    def __init__(self, ids: Sequence[int], info: StepInfo):
+        super().__init__(ids)
+        self.info = info
+
+    def __reduce__(self):  # DataLoader workers receive micro-batches pickled
+        return (MicroBatch, (list(self), self.info))
+
+    def __repr__(self) -> str:
+        return f"MicroBatch({list.__repr__(self)}, step={self.info.step}, micro_batch={self.info.micro_batch})"
+
+
+@dataclass(frozen=True)
+class _PlanParams:
+    """Everything besides the data, seed and epoch that fixes a plan."""
+
+    algo: str
+    world_size: int
+    global_batch_size: int
+    micro_batches: int
+    window: int
+    drop_last: bool
+    oversize: str
+    vision_cap: int
+    token_cap: int
+    passes: int
+    search: bool
+    cost: Optional[str]
+
+
+class _SegmentPlan:
+    """One planned stretch of an epoch: a BatchPlan over the samples still unseen, in original ids."""
+
+    def __init__(self, core_plan: Optional[_core.BatchPlan], id_map: Optional[np.ndarray],
+                 loss_tokens: np.ndarray, params: _PlanParams):
+        self.dp = params.world_size
+        self.micro_batches = params.micro_batches
+        if core_plan is None:  # nothing left to plan
+            self.ids, self.begins = np.zeros(0, np.uint32), np.zeros(1, np.uint64)
+            self.steps = self.repeated = self.dropped = 0
+        else:
+            ids = np.asarray(core_plan.sample_ids)
+            self.ids = id_map[ids] if id_map is not None else ids
+            self.begins = np.asarray(core_plan.begins)
+            self.steps = core_plan.steps
+            self.repeated = core_plan.repeated
+            self.dropped = core_plan.dropped
+        per_sample = loss_tokens[self.ids].astype(np.int64)
+        # Prefix sums give any micro-batch's and any step's token count in O(1).
+        self.prefix = np.concatenate(([0], np.cumsum(per_sample)))
+        slots = self.dp * self.micro_batches
+        step_edges = self.begins[:: slots]
+        self.step_tokens = self.prefix[step_edges[1:]] - self.prefix[step_edges[:-1]]
+
+    def ids_before_step(self, step: int) -> np.ndarray:
+        return self.ids[: self.begins[step * self.dp * self.micro_batches]]
+
+
+def _mix_seed(seed: int, segment: int) -> int:
+    """A distinct, reproducible seed for the re-plan of the rest of an epoch (SplitMix64 finaliser)."""
+    z = (seed + 0x9E3779B97F4A7C15 * (segment + 1)) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def _distributed_rank_and_size() -> tuple[int, int]:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return 0, 1
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+LengthSource = Union[str, os.PathLike, _core.Dataset]
+
+
+class BalancedBatchSampler:
+    """Balanced, deadlock-free micro-batches for data-parallel training, as a DataLoader ``batch_sampler``.
+
+    Every optimizer step gives each of ``world_size`` ranks exactly ``micro_batches`` micro-batches whose
+    predicted compute time (image encoder and LLM) is balanced across ranks; every sample appears once per
+    epoch (a short last step is completed by repeating a few samples, or dropped with ``drop_last``). Each
+    rank plans the whole epoch with the C++ core, so ranks agree without communicating.
+
+    Lengths come from a length file or InternVL-style meta index (``repeat_time`` honoured; ids are positions
+    in the concatenation, in index order), a :class:`fulcrum.Dataset`, or arrays (``tokens=`` and ``tiles=``
+    or ``vision_tokens=``). Iterating yields :class:`MicroBatch` lists of dataset indices; ``batch.info``
+    carries the step's global token count for loss normalisation (:func:`fulcrum.normalize_loss`).
+
+    ``state_dict()`` records the progress through the epoch; ``load_state_dict()`` resumes exactly where it
+    stopped, also with a different world size or batch size: the samples not yet seen are re-planned for the
+    new ranks, none lost and none repeated.
+    """
+
+    def __init__(
+        self,
+        lengths: Optional[LengthSource] = None,
+        *,
+        tokens: Optional[Any] = None,
+        tiles: Optional[Any] = None,
+        vision_tokens: Optional[Any] = None,
+        image_flags: Optional[Any] = None,
+        loss_tokens: Optional[Any] = None,
+        root: Union[str, os.PathLike] = ".",
+        strict: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        batch_size: int = 4,
+        micro_batches: int = 1,
+        global_batch_size: Optional[int] = None,
+        algo: str = "fulcrum",
+        window: int = 8,
+        seed: int = 0,
+        drop_last: bool = False,
+        oversize: str = "error",
+        vision_cap: int = 0,
+        token_cap: int = 0,
+        passes: int = 50,
+        search: bool = False,
+        cost: Optional[Union[str, os.PathLike]] = None,
+    ):
+        self.dataset = _load_lengths(lengths, tokens, tiles, vision_tokens, image_flags, root, strict)
+        n = len(self.dataset)
+        if loss_tokens is None:
+            self._loss_tokens = np.asarray(self.dataset.tokens)
+        else:
+            self._loss_tokens = np.asarray(loss_tokens)
+            if self._loss_tokens.shape != (n,) or (n and self._loss_tokens.min() < 0):
+                raise ValueError(f"loss_tokens must hold {n} non-negative counts, one per sample")
+        if rank is None or world_size is None:
+            dist_rank, dist_size = _distributed_rank_and_size()
+            rank = dist_rank if rank is None else rank
+            world_size = dist_size if world_size is None else world_size
+        if world_size < 1:
+            raise ValueError(f"world_size must be at least 1, got {world_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        if batch_size < 1 or micro_batches < 1:
+            raise ValueError("batch_size and micro_batches must be at least 1")
+        if global_batch_size is None:
+            global_batch_size = batch_size * micro_batches * world_size
+        if global_batch_size < world_size * micro_batches:
+            raise ValueError(
+                f"global_batch_size {global_batch_size} leaves a micro-batch empty: it needs at least "
+                f"world_size × micro_batches = {world_size * micro_batches}")
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = int(seed)
+        self._params = _PlanParams(
+            algo=algo, world_size=world_size, global_batch_size=int(global_batch_size),
+            micro_batches=micro_batches, window=window, drop_last=drop_last, oversize=oversize,
+            vision_cap=vision_cap, token_cap=token_cap, passes=passes, search=search,
+            cost=os.fspath(cost) if cost is not None else None)
+        self._fingerprint: Optional[str] = None
+        self._epoch = 0
+        # The epoch so far: finished segments [(params, steps), ...] under other parameters, then ours.
+        self._history: list[tuple[_PlanParams, int]] = []
+        self._step = 0  # steps of the current segment handed out
+        self._plan: Optional[_SegmentPlan] = None
+        self._pass_done = False  # a pass ran to the end of the epoch; the next one starts it again
+
+    # -- PyTorch sampler protocol -------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Like DistributedSampler.set_epoch: another epoch is another seeded order, started from its beginning.
+        Setting the epoch the sampler is already in keeps its progress (a resumed run calls it too)."""
+        if int(epoch) != self._epoch:
+            self._epoch = int(epoch)
+            self._restart_epoch()
+
+    def __len__(self) -> int:
+        """Micro-batches the next iteration yields on this rank."""
+        if self._pass_done:
+            plan = self._plan_segment(self._params, None, 0) if self._history else self.plan
+            return plan.steps * plan.micro_batches
+        return (self.plan.steps - self._step) * self.plan.micro_batches
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        if self._pass_done:  # iterated again without set_epoch: the epoch again, as DistributedSampler does
+            self._restart_epoch()
+        plan = self.plan
+        m = plan.micro_batches
+        dp = plan.dp
+        ids, begins, prefix = plan.ids, plan.begins, plan.prefix
+        offset = self._steps_before_segment()
+        while self._step < plan.steps:
+            step = self._step
+            step_tokens = int(plan.step_tokens[step])
+            first = (step * dp + self.rank) * m
+            for j in range(m):
+                b, e = begins[first + j], begins[first + j + 1]
+                info = StepInfo(self._epoch, offset + step, j, m, self.world_size, step_tokens,
+                                int(prefix[e] - prefix[b]))
+                if j == m - 1:
+                    # Counted as consumed once its last micro-batch is handed out, so a checkpoint taken
+                    # after the optimizer step resumes at the next step.
+                    self._step = step + 1
+                yield MicroBatch(ids[b:e].tolist(), info)
+        self._pass_done = True
+
+    # -- planning -----------------------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in the current epoch (earlier segments of a resumed epoch included)."""
+        return self._steps_before_segment() + self.plan.steps
+
+    @property
+    def plan(self) -> _SegmentPlan:
+        if self._plan is None:
+            self._plan = self._replay()
+        return self._plan
+
+    def step_tokens(self, step: int) -> int:
+        """Loss tokens of a whole step of the current epoch (every rank, every micro-batch)."""
+        local = step - self._steps_before_segment()
+        if not 0 <= local < self.plan.steps:
+            raise IndexError(f"step {step} is not in the current segment of epoch {self._epoch}")
+        return int(self.plan.step_tokens[local])
+
+    def _steps_before_segment(self) -> int:
+        return sum(steps for _, steps in self._history)
+
+    def _restart_epoch(self) -> None:
+        self._pass_done = False
+        self._history = []
+        self._step = 0
+        self._plan = None
+
+    def _plan_segment(self, params: _PlanParams, remaining: Optional[np.ndarray], segment: int) -> _SegmentPlan:
+        seed = self.seed if segment == 0 else _mix_seed(self.seed, segment)
+        data = self.dataset if remaining is None else self.dataset.subset(remaining)
+        if len(data) == 0:
+            return _SegmentPlan(None, None, self._loss_tokens, params)
+        core_plan = _core.plan(
+            data, algo=params.algo, dp=params.world_size, micro_batches=params.micro_batches,
+            samples_per_step=params.global_batch_size, window=params.window, vision_cap=params.vision_cap,
+            token_cap=params.token_cap, passes=params.passes, search=params.search, oversize=params.oversize,
+            drop_last=params.drop_last, seed=seed, epoch=self._epoch, cost=params.cost)
+        return _SegmentPlan(core_plan, remaining, self._loss_tokens, params)
+
+    def _replay(self) -> _SegmentPlan:
+        """Plans the current segment: the finished segments' plans are rebuilt to learn what they consumed."""
+        remaining: Optional[np.ndarray] = None
+        for segment, (params, steps) in enumerate(self._history):
+            done = self._plan_segment(params, remaining, segment).ids_before_step(steps)
+            base = np.arange(len(self.dataset), dtype=np.uint32) if remaining is None else remaining
+            remaining = base[~np.isin(base, done)]
+        return self._plan_segment(self._params, remaining, len(self._history))
+
+    # -- checkpointing ------------------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """A digest of the lengths, to refuse a checkpoint taken over other data."""
+        if self._fingerprint is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(np.ascontiguousarray(self.dataset.tokens).tobytes())
+            h.update(np.ascontiguousarray(self.dataset.vision).tobytes())
+            h.update(np.ascontiguousarray(self._loss_tokens, dtype=np.int64).tobytes())
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+    def state_dict(self, steps_done: Optional[int] = None) -> dict:
+        """The epoch's progress. ``steps_done`` (optimizer steps finished in this epoch) overrides the count
+        of steps handed out, for DataLoaders whose workers fetch ahead of training."""
+        step = self._step
+        if steps_done is not None:
+            local = steps_done - self._steps_before_segment()
+            if not 0 <= local <= self.plan.steps:
+                raise ValueError(f"steps_done {steps_done} is outside this epoch's steps")
+            step = local
+        segments = [dict(asdict(p), steps=s) for p, s in self._history]
+        segments.append(dict(asdict(self._params), steps=step))
+        return {"version": STATE_VERSION, "epoch": self._epoch, "seed": self.seed,
+                "samples": len(self.dataset), "fingerprint": self.fingerprint(), "segments": segments}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes the epoch in ``state``. With the same parameters the batches continue exactly as they would
+        have; with another world size or batch size the samples not yet seen are re-planned."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported sampler state version {state.get('version')!r}")
+        if state["samples"] != len(self.dataset) or state["fingerprint"] != self.fingerprint():
+            raise ValueError("the sampler state was saved over different lengths data")
+        if state["seed"] != self.seed:
+            raise ValueError(f"the sampler state was saved with seed {state['seed']}, this sampler has {self.seed}")
+        history = []
+        for segment in state["segments"]:
+            fields = dict(segment)
+            steps = int(fields.pop("steps"))
+            history.append((_PlanParams(**fields), steps))
+        self._epoch = int(state["epoch"])
+        self._plan = None
+        self._pass_done = False
+        last_params, last_steps = history[-1]
+        if last_params == self._params:
+            self._history, self._step = history[:-1], last_steps
+        else:
+            self._history, self._step = history, 0
+
+
+def _load_lengths(lengths, tokens, tiles, vision_tokens, image_flags, root, strict) -> _core.Dataset:
+    if isinstance(lengths, _core.Dataset):
+        return lengths
+    if lengths is not None:
+        if tokens is not None:
+            raise ValueError("give lengths as a file or as arrays, not both")
+        return _core.Dataset.load(os.fspath(lengths), root=os.fspath(root), strict=strict)
+    if tokens is None:
+        raise ValueError("BalancedBatchSampler needs lengths: a file, a fulcrum.Dataset, or tokens= arrays")
+    if tiles is not None and vision_tokens is not None:
+        raise ValueError("give tiles= or vision_tokens=, not both")
+    unit = "patch_tokens" if vision_tokens is not None else "tiles"
+    vision = vision_tokens if vision_tokens is not None else tiles
+    as_array = lambda a: None if a is None else np.asarray(a)  # noqa: E731
+    return _core.Dataset.from_arrays(np.asarray(tokens), as_array(vision), as_array(image_flags), unit)

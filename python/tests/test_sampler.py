@@ -1,0 +1,268 @@
+"""BalancedBatchSampler's guarantees: once per epoch, equal micro-batch counts, determinism, resume."""
+
+import collections
+import warnings
+
+import numpy as np
+import pytest
+from conftest import epoch_batches, random_lengths
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fulcrum
+
+ALGOS = ["random", "random-packed", "length-grouped", "isf", "fulcrum"]
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def make_samplers(tokens, tiles, world_size, **kwargs):
+    return [fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=r, world_size=world_size, **kwargs)
+            for r in range(world_size)]
+
+
+def all_ranks(samplers):
+    return [epoch_batches(s) for s in samplers]
+
+
+configs = st.fixed_dictionaries({
+    "n": st.integers(1, 300),
+    "data_seed": st.integers(0, 2**16),
+    "world_size": st.integers(1, 5),
+    "batch_size": st.integers(1, 4),
+    "micro_batches": st.integers(1, 3),
+    "seed": st.integers(0, 2**32),
+    "algo": st.sampled_from(ALGOS),
+})
+
+
+def isf_caps(algo, tokens, tiles):
+    # isf needs caps that every sample fits under; the other batchers take none.
+    if algo != "isf":
+        return {}
+    return {"vision_cap": int(max(tiles.max(), 9)), "token_cap": int(max(tokens.max(), 4096))}
+
+
+@SETTINGS
+@given(configs)
+def test_every_sample_once_per_epoch_and_equal_micro_batch_counts(c):
+    tokens, tiles = random_lengths(c["n"], c["data_seed"])
+    samplers = make_samplers(tokens, tiles, c["world_size"], batch_size=c["batch_size"],
+                             micro_batches=c["micro_batches"], seed=c["seed"], algo=c["algo"],
+                             **isf_caps(c["algo"], tokens, tiles))
+    ranks = all_ranks(samplers)
+    plan = samplers[0].plan
+    counts = collections.Counter(i for batches in ranks for _, _, ids in batches for i in ids)
+    assert set(counts) == set(range(c["n"])), "a sample is missing"
+    assert sum(counts.values()) - c["n"] == plan.repeated
+    assert plan.repeated < c["world_size"] * c["micro_batches"] * max(1, c["batch_size"])
+    for batches in ranks:
+        assert len(batches) == plan.steps * c["micro_batches"]
+        per_step = collections.Counter(step for step, _, _ in batches)
+        assert set(per_step.values()) == {c["micro_batches"]}, "a rank has a different micro-batch count"
+        assert all(ids for _, _, ids in batches), "an empty micro-batch"
+        assert len(samplers[0]) == len(batches)
+
+
+@SETTINGS
+@given(configs)
+def test_drop_last_drops_only_the_counted_tail(c):
+    tokens, tiles = random_lengths(c["n"] + 60, c["data_seed"])  # at least one full step
+    samplers = make_samplers(tokens, tiles, c["world_size"], batch_size=c["batch_size"],
+                             micro_batches=c["micro_batches"], seed=c["seed"], drop_last=True)
+    counts = collections.Counter(i for batches in all_ranks(samplers) for _, _, ids in batches for i in ids)
+    assert max(counts.values()) == 1
+    assert len(tokens) - len(counts) == samplers[0].plan.dropped
+
+
+def test_yields_the_core_plan_of_each_rank(bundled_index):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = fulcrum.Dataset.load(str(bundled_index))
+    core = fulcrum.plan(data, dp=8, micro_batches=2, samples_per_step=64, seed=3)
+    ids, begins = np.asarray(core.sample_ids), np.asarray(core.begins)
+    for rank in (0, 5):
+        sampler = fulcrum.BalancedBatchSampler(data, rank=rank, world_size=8, batch_size=4, micro_batches=2, seed=3)
+        got = epoch_batches(sampler)
+        want = [ids[begins[(s * 8 + rank) * 2 + j]:begins[(s * 8 + rank) * 2 + j + 1]].tolist()
+                for s in range(core.steps) for j in range(2)]
+        assert [b for _, _, b in got] == want
+
+
+def test_same_arguments_same_batches_and_seed_and_epoch_change_them():
+    tokens, tiles = random_lengths(500, 1)
+    a = epoch_batches(fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=1, world_size=4, seed=7))
+    b = epoch_batches(fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=1, world_size=4, seed=7))
+    assert a == b
+    c = epoch_batches(fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=1, world_size=4, seed=8))
+    assert a != c
+    sampler = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=1, world_size=4, seed=7)
+    sampler.set_epoch(1)
+    d = epoch_batches(sampler)
+    assert d != a
+    sampler.set_epoch(1)
+    assert epoch_batches(sampler) == d
+
+
+def test_a_second_pass_without_set_epoch_repeats_the_epoch():
+    tokens, tiles = random_lengths(200, 2)
+    sampler = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=2)
+    assert epoch_batches(sampler) == epoch_batches(sampler)
+
+
+def consume(sampler, steps):
+    """Takes `steps` optimizer steps' micro-batches from a fresh pass."""
+    out = []
+    it = iter(sampler)
+    for _ in range(steps * sampler.plan.micro_batches):
+        b = next(it)
+        out.append((b.info.step, b.info.micro_batch, list(b)))
+    return out
+
+
+@SETTINGS
+@given(configs, st.floats(0, 1))
+def test_resume_at_the_same_world_size_continues_exactly(c, where):
+    tokens, tiles = random_lengths(c["n"], c["data_seed"])
+    kwargs = dict(tokens=tokens, tiles=tiles, world_size=c["world_size"], batch_size=c["batch_size"],
+                  micro_batches=c["micro_batches"], seed=c["seed"], algo=c["algo"],
+                  **isf_caps(c["algo"], tokens, tiles))
+    for rank in range(c["world_size"]):
+        full = epoch_batches(fulcrum.BalancedBatchSampler(rank=rank, **kwargs))
+        first = fulcrum.BalancedBatchSampler(rank=rank, **kwargs)
+        k = int(where * first.plan.steps)
+        head = consume(first, k)
+        state = first.state_dict()
+        resumed = fulcrum.BalancedBatchSampler(rank=rank, **kwargs)
+        resumed.load_state_dict(state)
+        assert len(resumed) == (first.plan.steps - k) * c["micro_batches"]
+        assert head + epoch_batches(resumed) == full
+
+
+def run_segment(samplers, steps):
+    """Every rank consumes `steps` steps; returns the ids they trained on and the state to save."""
+    seen = [i for s in samplers for _, _, ids in consume(s, steps) for i in ids]
+    states = [s.state_dict() for s in samplers]
+    assert all(st == states[0] for st in states), "ranks disagree on the sampler state"
+    return seen, states[0]
+
+
+@SETTINGS
+@given(configs, st.lists(st.tuples(st.integers(1, 6), st.floats(0, 1), st.integers(1, 4)), min_size=1, max_size=3))
+def test_resume_at_another_world_size_loses_and_repeats_nothing(c, resumes):
+    """Train part of an epoch, checkpoint, resume on a different number of ranks (possibly several times):
+    every sample is trained on, and none twice except the counted repeats completing a last step."""
+    tokens, tiles = random_lengths(c["n"], c["data_seed"])
+    common = dict(tokens=tokens, tiles=tiles, seed=c["seed"], micro_batches=c["micro_batches"])
+    samplers = make_samplers(tokens, tiles, c["world_size"], batch_size=c["batch_size"], seed=c["seed"],
+                             micro_batches=c["micro_batches"])
+    seen_before = []
+    repeats_allowed = 0  # each plan's completing repeats, an upper bound on what its consumed part holds
+    for world_size, where, batch_size in resumes:
+        plan = samplers[0].plan
+        steps_left = len(samplers[0]) // c["micro_batches"]
+        seen, state = run_segment(samplers, int(where * steps_left))
+        repeats_allowed += plan.repeated
+        seen_before += seen
+        samplers = [fulcrum.BalancedBatchSampler(rank=r, world_size=world_size, batch_size=batch_size, **common)
+                    for r in range(world_size)]
+        for s in samplers:
+            s.load_state_dict(state)
+    rest = [i for batches in all_ranks(samplers) for _, _, ids in batches for i in ids]
+    repeats_allowed += samplers[0].plan.repeated
+    counts = collections.Counter(seen_before + rest)
+    assert set(counts) == set(range(c["n"])), "a sample was lost in the resume"
+    assert sum(counts.values()) - c["n"] <= repeats_allowed
+    # Nothing trained before the checkpoint comes back after it, but to complete the epoch's last step (the
+    # same repeats an uninterrupted run makes).
+    assert len(set(seen_before) & set(rest)) <= samplers[0].plan.repeated
+    # Every new rank has the same number of micro-batches in every step.
+    per_rank = [len(b) for b in all_ranks(samplers)]
+    assert len(set(per_rank)) == 1
+
+
+def test_resume_at_another_world_size_on_the_bundled_data(bundled_index):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = fulcrum.Dataset.load(str(bundled_index))
+    old = [fulcrum.BalancedBatchSampler(data, rank=r, world_size=8, micro_batches=2, seed=1) for r in range(8)]
+    seen, state = run_segment(old, 300)
+    new = [fulcrum.BalancedBatchSampler(data, rank=r, world_size=6, micro_batches=2, seed=1) for r in range(6)]
+    for s in new:
+        s.load_state_dict(state)
+    new_batches = all_ranks(new)
+    rest = [i for batches in new_batches for _, _, ids in batches for i in ids]
+    assert not set(seen) & set(rest)
+    assert set(seen) | set(rest) == set(range(len(data)))
+    # The old plan's repeats sit in its last steps, far past step 300: only the new plan completes a step.
+    assert len(seen) + len(rest) == len(data) + new[0].plan.repeated
+    assert new_batches[0][0][0] == 300, "steps keep counting through the epoch"
+    assert new[0].steps_per_epoch == 300 + new[0].plan.steps
+
+
+def test_state_from_other_data_or_seed_is_refused():
+    tokens, tiles = random_lengths(100, 3)
+    state = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles).state_dict()
+    with pytest.raises(ValueError, match="different lengths"):
+        fulcrum.BalancedBatchSampler(tokens=tokens + 1, tiles=tiles).load_state_dict(state)
+    with pytest.raises(ValueError, match="seed"):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, seed=5).load_state_dict(state)
+
+
+def test_state_dict_with_steps_done_for_loaders_that_fetch_ahead():
+    tokens, tiles = random_lengths(300, 4)
+    kwargs = dict(tokens=tokens, tiles=tiles, rank=0, world_size=2, micro_batches=2)
+    ahead = fulcrum.BalancedBatchSampler(**kwargs)
+    consume(ahead, 10)  # a worker fetched 10 steps, training finished 6
+    resumed = fulcrum.BalancedBatchSampler(**kwargs)
+    resumed.load_state_dict(ahead.state_dict(steps_done=6))
+    assert epoch_batches(resumed) == epoch_batches(fulcrum.BalancedBatchSampler(**kwargs))[12:]
+
+
+def test_rank_and_size_are_checked():
+    tokens, tiles = random_lengths(10, 0)
+    with pytest.raises(ValueError, match="rank"):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="world_size"):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=0)
+    with pytest.raises(fulcrum.InputError, match=r"tokens\[1\]"):
+        fulcrum.BalancedBatchSampler(tokens=[5, 0], tiles=[1, 1])
+    with pytest.raises(fulcrum.InputError, match="same length"):
+        fulcrum.BalancedBatchSampler(tokens=[5, 6], tiles=[1])
+
+
+def test_a_sample_over_a_cap_is_an_error_naming_it():
+    with pytest.raises(fulcrum.InputError, match="sample 1"):
+        list(fulcrum.BalancedBatchSampler(tokens=[100, 9000, 200], tiles=[1, 2, 1], token_cap=4096))
+    sampler = fulcrum.BalancedBatchSampler(tokens=[100, 9000, 200], tiles=[1, 2, 1], token_cap=4096,
+                                           oversize="own-group", batch_size=1, micro_batches=3)
+    batches = [list(b) for b in sampler]
+    assert sorted(i for b in batches for i in b) == [0, 1, 2]
+    assert [1] in batches, "the oversize sample is alone in its micro-batch"
+
+
+def test_set_epoch_of_the_resumed_epoch_keeps_the_progress():
+    tokens, tiles = random_lengths(300, 5)
+    kwargs = dict(tokens=tokens, tiles=tiles, rank=1, world_size=2)
+    first = fulcrum.BalancedBatchSampler(**kwargs)
+    first.set_epoch(3)
+    consume(first, 4)
+    resumed = fulcrum.BalancedBatchSampler(**kwargs)
+    resumed.load_state_dict(first.state_dict())
+    resumed.set_epoch(3)  # what a training loop does at the top of every epoch
+    rest = epoch_batches(resumed)
+    assert rest[0][0] == 4
+    full = fulcrum.BalancedBatchSampler(**kwargs)
+    full.set_epoch(3)
+    assert epoch_batches(full)[4:] == rest
+
+
+def test_a_resumed_finished_epoch_yields_nothing_until_the_next_epoch():
+    tokens, tiles = random_lengths(50, 6)
+    first = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles)
+    epoch_batches(first)
+    state = first.state_dict()
+    resumed = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles)
+    resumed.load_state_dict(state)
+    assert len(resumed) == 0 and epoch_batches(resumed) == []
+    resumed.set_epoch(1)
+    assert len(epoch_batches(resumed)) == resumed.plan.steps > 0
