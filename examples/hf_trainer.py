@@ -78,7 +78,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default="data/internvl_sft_1.2M.json")
     p.add_argument("--root", default=".")
-    p.add_argument("--max-samples", type=int, default=2000)
+    p.add_argument("--max-samples", type=int, default=2000, help="train on the first N samples (0: all)")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--micro-batches", type=int, default=2)
     p.add_argument("--steps", type=int, default=10)
@@ -90,7 +90,8 @@ def main():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lengths = fulcrum.Dataset.load(args.data, root=args.root)
-    lengths = lengths.subset(np.arange(min(args.max_samples, len(lengths)), dtype=np.uint32))
+    if args.max_samples:
+        lengths = lengths.subset(np.arange(min(args.max_samples, len(lengths)), dtype=np.uint32))
     positions = np.maximum(1, np.asarray(lengths.tokens) // TOKENS_PER_POSITION)
 
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="fulcrum-hf-")

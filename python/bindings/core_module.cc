@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -36,8 +37,16 @@ py::array_t<T> column_view(const std::vector<T>& column, py::handle owner) {
   return view;
 }
 
+// Integer counts from any array-like (numpy array, list, torch tensor via __array__); floats are refused
+// rather than truncated.
 template <typename T>
-std::vector<T> to_vector(const py::array& array, const char* name) {
+std::vector<T> to_vector(const py::object& given, const char* name) {
+  const py::array array = py::array::ensure(given);
+  if (!array) throw InputError(std::string(name) + " must be an array of integers");
+  const char kind = array.dtype().kind();
+  if (kind != 'i' && kind != 'u' && kind != 'b' && !(kind == 'O' && array.size() == 0)) {
+    throw InputError(std::string(name) + " must hold integers, got dtype " + std::string(py::str(array.dtype())));
+  }
   if (array.ndim() != 1) throw InputError(std::string(name) + " must be a one-dimensional array");
   const py::array_t<int64_t, py::array::c_style | py::array::forcecast> as_int(array);
   std::vector<T> out(static_cast<size_t>(as_int.size()));
@@ -54,8 +63,8 @@ std::vector<T> to_vector(const py::array& array, const char* name) {
 
 // Builds a dataset from columns: tokens (required, > 0), vision (tiles or patch tokens, ≥ 0, default 0),
 // images (default: vision for tiles, 1 per image sample for patch tokens).
-std::shared_ptr<Dataset> dataset_from_arrays(const py::array& tokens, const std::optional<py::array>& vision,
-                                             const std::optional<py::array>& images,
+std::shared_ptr<Dataset> dataset_from_arrays(const py::object& tokens, const std::optional<py::object>& vision,
+                                             const std::optional<py::object>& images,
                                              const std::string& vision_unit) {
   VisionUnit unit;
   if (vision_unit == "tiles") {
@@ -152,6 +161,11 @@ py::dict balance_dict(const Balance& b) {
 }
 
 py::dict measure(const BatchPlan& plan, const Dataset& data, const std::optional<std::string>& cost_file) {
+  const std::vector<uint32_t>& ids = plan.sample_ids();
+  if (!ids.empty() && *std::max_element(ids.begin(), ids.end()) >= data.size()) {
+    throw InputError("measure: the plan holds sample ids beyond the dataset's " + std::to_string(data.size()) +
+                     " samples; measure a plan with the dataset it was made from");
+  }
   const FlopsSampleCost cost(data.vision_unit(), coefficients_from(cost_file));
   PlanMetrics m;
   {
@@ -203,7 +217,7 @@ PYBIND11_MODULE(_core, m) {
         }
         return out;
       })
-      .def("subset", [](const Dataset& d, const py::array& ids) {
+      .def("subset", [](const Dataset& d, const py::object& ids) {
         const std::vector<uint32_t> chosen = to_vector<uint32_t>(ids, "ids");
         return std::make_shared<Dataset>(d.subset(chosen));
       }, py::arg("ids"), "The samples `ids`, in that order, renumbered from 0.")

@@ -17,12 +17,12 @@ from fulcrum.sampler import BalancedBatchSampler, MicroBatch, StepInfo
 
 __all__ = [
     "BalancedBatchSampler", "BatchPlan", "Dataset", "InputError", "MicroBatch", "StepInfo",
-    "balanced_loader", "batcher_names", "measure", "normalize_loss", "plan",
+    "batcher_names", "measure", "normalize_loss", "plan",
 ]
 
 
 def __getattr__(name):
-    # The DataLoader helper imports torch, so it loads only when asked for.
+    # The DataLoader helper imports torch, so it loads only when asked for (and stays out of __all__).
     if name == "balanced_loader":
         from fulcrum.loader import balanced_loader
 

@@ -165,9 +165,12 @@ class BalancedBatchSampler:
         if loss_tokens is None:
             self._loss_tokens = np.asarray(self.dataset.tokens)
         else:
-            self._loss_tokens = np.asarray(loss_tokens)
-            if self._loss_tokens.shape != (n,) or (n and self._loss_tokens.min() < 0):
-                raise ValueError(f"loss_tokens must hold {n} non-negative counts, one per sample")
+            given = np.asarray(loss_tokens)
+            if (given.shape != (n,) or not (np.issubdtype(given.dtype, np.integer) or given.dtype == bool
+                                            or (np.isfinite(given).all() and (given == np.round(given)).all()))
+                    or (n and given.min() < 0)):
+                raise ValueError(f"loss_tokens must hold {n} non-negative whole counts, one per sample")
+            self._loss_tokens = given.astype(np.int64)
         if rank is None or world_size is None:
             dist_rank, dist_size = _distributed_rank_and_size()
             rank = dist_rank if rank is None else rank
@@ -186,6 +189,8 @@ class BalancedBatchSampler:
                 f"world_size × micro_batches = {world_size * micro_batches}")
         self.rank = rank
         self.world_size = world_size
+        if not 0 <= int(seed) < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
         self.seed = int(seed)
         self._params = _PlanParams(
             algo=algo, world_size=world_size, global_batch_size=int(global_batch_size),
@@ -194,11 +199,14 @@ class BalancedBatchSampler:
             cost=os.fspath(cost) if cost is not None else None)
         self._fingerprint: Optional[str] = None
         self._epoch = 0
-        # The epoch so far: finished segments [(params, steps), ...] under other parameters, then ours.
-        self._history: list[tuple[_PlanParams, int]] = []
+        # The epoch so far: finished segments [(params, steps, digest of what they consumed), ...] under other
+        # parameters, then ours.
+        self._history: list[tuple[_PlanParams, int, str]] = []
+        self._expect_digest: Optional[str] = None  # what a loaded state says the current segment consumed
         self._step = 0  # steps of the current segment handed out
         self._plan: Optional[_SegmentPlan] = None
         self._pass_done = False  # a pass ran to the end of the epoch; the next one starts it again
+        self._fresh: Optional[_SegmentPlan] = None  # the epoch's plan from its start, for that next pass
 
     # -- PyTorch sampler protocol -------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -210,14 +218,16 @@ class BalancedBatchSampler:
 
     def __len__(self) -> int:
         """Micro-batches the next iteration yields on this rank."""
-        if self._pass_done:
-            plan = self._plan_segment(self._params, None, 0) if self._history else self.plan
+        if self._pass_done:  # the next pass starts the epoch again
+            plan = self._fresh_epoch_plan()
             return plan.steps * plan.micro_batches
         return (self.plan.steps - self._step) * self.plan.micro_batches
 
     def __iter__(self) -> Iterator[MicroBatch]:
         if self._pass_done:  # iterated again without set_epoch: the epoch again, as DistributedSampler does
+            fresh = self._fresh_epoch_plan()
             self._restart_epoch()
+            self._plan = fresh
         plan = self.plan
         m = plan.micro_batches
         dp = plan.dp
@@ -251,7 +261,14 @@ class BalancedBatchSampler:
     @property
     def plan(self) -> _SegmentPlan:
         if self._plan is None:
-            self._plan = self._replay()
+            plan = self._replay()
+            if self._step > plan.steps:
+                raise ValueError(f"the sampler state is at step {self._step} of a segment of {plan.steps} steps")
+            if self._expect_digest is not None and _digest(plan.ids_before_step(self._step)) != self._expect_digest:
+                raise ValueError("the sampler state's epoch was planned differently (another cost file or Fulcrum "
+                                 "version?): resuming would lose or repeat samples")
+            self._expect_digest = None
+            self._plan = plan
         return self._plan
 
     def step_tokens(self, step: int) -> int:
@@ -262,10 +279,20 @@ class BalancedBatchSampler:
         return int(self.plan.step_tokens[local])
 
     def _steps_before_segment(self) -> int:
-        return sum(steps for _, steps in self._history)
+        return sum(steps for _, steps, _ in self._history)
+
+    def _fresh_epoch_plan(self) -> _SegmentPlan:
+        """The plan of the whole epoch under this sampler's parameters (the current one, if it is that)."""
+        if not self._history:
+            return self.plan
+        if self._fresh is None:
+            self._fresh = self._plan_segment(self._params, None, 0)
+        return self._fresh
 
     def _restart_epoch(self) -> None:
+        self._fresh = None
         self._pass_done = False
+        self._expect_digest = None
         self._history = []
         self._step = 0
         self._plan = None
@@ -285,8 +312,19 @@ class BalancedBatchSampler:
     def _replay(self) -> _SegmentPlan:
         """Plans the current segment: the finished segments' plans are rebuilt to learn what they consumed."""
         remaining: Optional[np.ndarray] = None
-        for segment, (params, steps) in enumerate(self._history):
-            done = self._plan_segment(params, remaining, segment).ids_before_step(steps)
+        for segment, (params, steps, digest) in enumerate(self._history):
+            if steps == 0:  # consumed nothing; its seed index stays taken so later segments keep theirs
+                continue
+            plan = self._plan_segment(params, remaining, segment)
+            if steps > plan.steps:
+                raise ValueError(f"the sampler state's segment {segment} ran {steps} steps of {plan.steps}")
+            done = plan.ids_before_step(steps)
+            if _digest(done) != digest:
+                raise ValueError("the sampler state's epoch was planned differently (another cost file or Fulcrum "
+                                 "version?): resuming would lose or repeat samples")
+            if steps == plan.steps:  # the whole segment ran: what it left out (drop_last) is out for the epoch
+                remaining = np.zeros(0, np.uint32)
+                continue
             base = np.arange(len(self.dataset), dtype=np.uint32) if remaining is None else remaining
             remaining = base[~np.isin(base, done)]
         return self._plan_segment(self._params, remaining, len(self._history))
@@ -307,12 +345,14 @@ class BalancedBatchSampler:
         of steps handed out, for DataLoaders whose workers fetch ahead of training."""
         step = self._step
         if steps_done is not None:
-            local = steps_done - self._steps_before_segment()
+            local = int(steps_done) - self._steps_before_segment()
             if not 0 <= local <= self.plan.steps:
                 raise ValueError(f"steps_done {steps_done} is outside this epoch's steps")
             step = local
-        segments = [dict(asdict(p), steps=s) for p, s in self._history]
-        segments.append(dict(asdict(self._params), steps=step))
+        segments = [dict(asdict(p), steps=s, digest=d) for p, s, d in self._history]
+        if step > 0 or not segments:  # a segment that consumed nothing is left out: resuming needs no trace of it
+            digest = _digest(self.plan.ids_before_step(step))
+            segments.append(dict(asdict(self._params), steps=step, digest=digest))
         return {"version": STATE_VERSION, "epoch": self._epoch, "seed": self.seed,
                 "samples": len(self.dataset), "fingerprint": self.fingerprint(), "segments": segments}
 
@@ -328,16 +368,22 @@ class BalancedBatchSampler:
         history = []
         for segment in state["segments"]:
             fields = dict(segment)
-            steps = int(fields.pop("steps"))
-            history.append((_PlanParams(**fields), steps))
+            steps, digest = int(fields.pop("steps")), str(fields.pop("digest"))
+            if steps < 0:
+                raise ValueError(f"the sampler state has a segment of {steps} steps")
+            history.append((_PlanParams(**fields), steps, digest))
         self._epoch = int(state["epoch"])
-        self._plan = None
-        self._pass_done = False
-        last_params, last_steps = history[-1]
+        self._restart_epoch()
+        last_params, last_steps, last_digest = history[-1]
         if last_params == self._params:
-            self._history, self._step = history[:-1], last_steps
+            self._history, self._step, self._expect_digest = history[:-1], last_steps, last_digest
         else:
-            self._history, self._step = history, 0
+            self._history, self._step, self._expect_digest = history, 0, None
+
+
+def _digest(ids: np.ndarray) -> str:
+    """Identifies the ids a segment consumed, in order: a replay must reproduce them exactly."""
+    return hashlib.blake2b(np.ascontiguousarray(ids, dtype=np.uint32).tobytes(), digest_size=16).hexdigest()
 
 
 def _load_lengths(lengths, tokens, tiles, vision_tokens, image_flags, root, strict) -> _core.Dataset:

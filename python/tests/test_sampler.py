@@ -228,6 +228,8 @@ def test_rank_and_size_are_checked():
         fulcrum.BalancedBatchSampler(tokens=[5, 0], tiles=[1, 1])
     with pytest.raises(fulcrum.InputError, match="same length"):
         fulcrum.BalancedBatchSampler(tokens=[5, 6], tiles=[1])
+    with pytest.raises(fulcrum.InputError, match="integers"):
+        fulcrum.BalancedBatchSampler(tokens=[5.5, 6.0], tiles=[1, 1])
 
 
 def test_a_sample_over_a_cap_is_an_error_naming_it():
@@ -266,3 +268,69 @@ def test_a_resumed_finished_epoch_yields_nothing_until_the_next_epoch():
     assert len(resumed) == 0 and epoch_batches(resumed) == []
     resumed.set_epoch(1)
     assert len(epoch_batches(resumed)) == resumed.plan.steps > 0
+
+
+def test_a_finished_drop_last_epoch_stays_finished_under_other_parameters():
+    tokens, tiles = random_lengths(203, 7)
+    kwargs = dict(tokens=tokens, tiles=tiles, world_size=2, micro_batches=2, algo="random", drop_last=True)
+    first = [fulcrum.BalancedBatchSampler(rank=r, batch_size=4, **kwargs) for r in range(2)]
+    all_ranks(first)
+    assert first[0].plan.dropped > 0
+    state = first[0].state_dict()
+    resumed = [fulcrum.BalancedBatchSampler(rank=r, batch_size=1, **kwargs) for r in range(2)]
+    for s in resumed:
+        s.load_state_dict(state)
+    assert all_ranks(resumed) == [[], []], "the dropped samples came back"
+
+
+def test_resuming_with_the_first_parameters_after_an_unused_change_is_exact():
+    tokens, tiles = random_lengths(300, 8)
+    a_kwargs = dict(tokens=tokens, tiles=tiles, rank=0, world_size=2)
+    full = epoch_batches(fulcrum.BalancedBatchSampler(**a_kwargs))
+    a = fulcrum.BalancedBatchSampler(**a_kwargs)
+    head = consume(a, 3)
+    b = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=3, algo="isf",
+                                     vision_cap=1, token_cap=100)  # could not even plan this data
+    b.load_state_dict(a.state_dict())
+    state = b.state_dict()  # B ran no step: nothing of it is kept
+    assert [s["algo"] for s in state["segments"]] == ["fulcrum"]
+    again = fulcrum.BalancedBatchSampler(**a_kwargs)
+    again.load_state_dict(state)
+    assert head + epoch_batches(again) == full
+
+
+def test_a_state_that_does_not_replay_is_refused():
+    tokens, tiles = random_lengths(300, 9)
+    a = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=2)
+    consume(a, 3)
+    state = a.state_dict(steps_done=np.int64(3))
+    assert type(state["segments"][0]["steps"]) is int
+    tampered = dict(state, segments=[dict(state["segments"][0], digest="0" * 32)])
+    b = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=2)
+    b.load_state_dict(tampered)
+    with pytest.raises(ValueError, match="planned differently"):
+        len(b)
+    beyond = dict(state, segments=[dict(state["segments"][0], steps=10**6)])
+    c = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=2)
+    c.load_state_dict(beyond)
+    with pytest.raises(ValueError, match="step"):
+        len(c)
+
+
+def test_bad_seed_and_loss_tokens_are_refused_up_front():
+    tokens, tiles = random_lengths(10, 0)
+    with pytest.raises(ValueError, match="seed"):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, seed=-1)
+    with pytest.raises(ValueError, match="loss_tokens"):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, loss_tokens=np.full(10, np.nan))
+    with pytest.raises(ValueError, match="loss_tokens"):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, loss_tokens=np.full(10, 2.5))
+
+
+def test_measure_refuses_a_plan_of_other_data():
+    tokens, tiles = random_lengths(500, 1)
+    data = fulcrum.Dataset.from_arrays(tokens, tiles)
+    plan = fulcrum.plan(data, dp=4)
+    assert fulcrum.measure(plan, data)["pad_ratio"] == 0.0
+    with pytest.raises(fulcrum.InputError, match="beyond the dataset"):
+        fulcrum.measure(plan, fulcrum.Dataset.from_arrays([5]))
