@@ -90,6 +90,15 @@ TEST_F(Cli, BadInputTable) {
       {"unknown_option", ok, "batch --data {file} --dp 2 --frobnicate", "frobnicate"},
       {"drop_last_nothing_left", ok, "batch --data {file} --dp 2 --samples-per-step 4 --drop-last --out {out}",
        "--drop-last leaves no step"},
+      {"unknown_preset", ok, "model --model vit-99b", "unknown model 'vit-99b'"},
+      {"config_malformed", R"({"model_type": "llama", "hidden_size": )", "model --model {file}", "malformed JSON"},
+      {"config_incomplete", R"({"model_type": "llava", "text_config": {}})", "model --model {file}",
+       "vision_config is missing"},
+      {"config_unknown_arch", R"({"model_type": "rwkv"})", "model --model {file}",
+       "an architecture Fulcrum cannot read: 'rwkv'"},
+      {"config_negative", R"({"model_type": "qwen2", "num_hidden_layers": -2})", "model --model {file}",
+       "num_hidden_layers must be positive, got -2"},
+      {"unknown_component", ok, "model --model llava-1.5-7b --trainable adapter", "has no component 'adapter'"},
   };
   for (const BadCase& c : cases) {
     const std::string ext = std::string(c.name) == "csv_row" ? ".csv" : ".json";
@@ -104,7 +113,9 @@ TEST_F(Cli, BadInputTable) {
     EXPECT_EQ(r.status, 2) << c.name << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.name << ": " << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.name << ": " << r.err;
-    if (std::string(c.name) != "unknown_option" && std::string(c.name) != "dp_zero" &&
+    // A message about a file names it; parameter errors have no file to name.
+    if (std::string(c.args).find("{file}") != std::string::npos && std::string(c.name) != "unknown_option" &&
+        std::string(c.name) != "dp_zero" &&
         std::string(c.name) != "unknown_algo" && std::string(c.name) != "drop_last_nothing_left") {
       EXPECT_NE(r.err.find(fs::path(file).filename().string()), std::string::npos) << c.name << ": " << r.err;
     }
@@ -160,6 +171,27 @@ TEST_F(Cli, CompareRunsEveryBatcher) {
   EXPECT_EQ(labels.front(), "random");
   EXPECT_EQ(labels.back(), "fulcrum");
   EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST_F(Cli, ModelJsonListsComponentsWithTheirParameters) {
+  const Result r = run("model --model llava-1.5-7b --trainable projector --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["name"], "llava-1.5-7b");
+  ASSERT_EQ(j["components"].size(), 3u);
+  int64_t sum = 0;
+  for (const auto& c : j["components"]) {
+    sum += c["parameters"].get<int64_t>();
+    EXPECT_EQ(c["trainable"], c["name"] == "projector");
+    EXPECT_GT(c["layers"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(j["parameters"].get<int64_t>(), sum);
+  EXPECT_EQ(j["trainable_parameters"], j["components"][1]["parameters"]);
+  // A config.json reads the same way as a preset.
+  const Result from_file = run("model --model " + std::string(FULCRUM_SOURCE_DIR) +
+                               "/data/modelcfg/llava_1_5_7b_hf.config.json --json");
+  ASSERT_EQ(from_file.status, 0) << from_file.err;
+  EXPECT_EQ(nlohmann::json::parse(from_file.out)["parameters"], j["parameters"]);
 }
 
 TEST_F(Cli, StatsOfTheBundledIndex) {

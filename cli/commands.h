@@ -10,6 +10,7 @@ namespace fulcrum {
 // Bad input throws InputError; main() prints it as one line and exits with status 2.
 std::function<void()> add_stats_command(CLI::App& app);
 std::function<void()> add_batch_command(CLI::App& app);
+std::function<void()> add_model_command(CLI::App& app);
 
 }  // namespace fulcrum
 

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "fulcrum 0.1.0");
   auto run_stats = fulcrum::add_stats_command(app);
   auto run_batch = fulcrum::add_batch_command(app);
+  auto run_model = fulcrum::add_model_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("stats")) run_stats();
     if (app.got_subcommand("batch")) run_batch();
+    if (app.got_subcommand("model")) run_model();
   } catch (const fulcrum::InputError& e) {
     std::cerr << fmt::format("fulcrum: error: {}\n", e.what());
     return 2;

@@ -1,0 +1,182 @@
+// `fulcrum model`: what a model is made of — components, layers, parameters.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "fulcrum/core/error.h"
+#include "fulcrum/model/hf_config.h"
+#include "fulcrum/model/model_presets.h"
+
+namespace fulcrum {
+namespace {
+
+struct ModelOptions {
+  std::string model;
+  std::vector<std::string> trainable;
+  bool json = false;
+};
+
+// A preset name (or '+' combination), else a Hugging Face / open_clip config file.
+ModelSpec load_model(const std::string& name_or_file) {
+  if (name_or_file.find(".json") != std::string::npos || std::filesystem::exists(name_or_file)) {
+    return read_hf_config(name_or_file);
+  }
+  return model_preset(name_or_file);
+}
+
+// Runs of identical consecutive layers, so 45 equal blocks print as one line.
+struct LayerRun {
+  const LayerSpec* layer;
+  int64_t count;
+};
+
+bool same_shape(const LayerSpec& a, const LayerSpec& b) {
+  return a.kind == b.kind && a.hidden == b.hidden && a.ffn == b.ffn && a.heads == b.heads &&
+         a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.mlp == b.mlp && a.norm == b.norm &&
+         a.window_tokens == b.window_tokens && a.vocab == b.vocab && a.in_features == b.in_features &&
+         a.parameters() == b.parameters();
+}
+
+std::vector<LayerRun> layer_runs(const ComponentSpec& c) {
+  std::vector<LayerRun> runs;
+  for (const LayerSpec& layer : c.layers) {
+    if (!runs.empty() && same_shape(*runs.back().layer, layer)) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({&layer, 1});
+    }
+  }
+  return runs;
+}
+
+std::string describe(const LayerSpec& l) {
+  switch (l.kind) {
+    case LayerKind::kTransformerBlock:
+      return fmt::format("hidden {}, heads {}/{} kv × {}, {} MLP {}, {}{}", l.hidden, l.heads, l.kv_heads,
+                         l.head_dim, mlp_kind_name(l.mlp), l.ffn, norm_kind_name(l.norm),
+                         l.window_tokens ? fmt::format(", window {} tokens", l.window_tokens) : "");
+    case LayerKind::kPatchEmbedding:
+      return fmt::format("{} → {}, {} positions{}", l.in_features, l.hidden, l.positions,
+                         l.class_token ? ", class token" : "");
+    case LayerKind::kTokenEmbedding:
+      return fmt::format("vocab {} × {}", l.vocab, l.hidden);
+    case LayerKind::kLmHead:
+      return fmt::format("{} → vocab {}{}", l.hidden, l.vocab, l.tied_to_embedding ? " (tied to the embedding)" : "");
+    case LayerKind::kProjector:
+      return fmt::format("{} → {} in {} linears{}", l.in_features, l.hidden, l.projector_linears,
+                         l.norm != NormKind::kNone ? fmt::format(", {} first", norm_kind_name(l.norm)) : "");
+    case LayerKind::kFinalNorm:
+      return fmt::format("{} {}", norm_kind_name(l.norm), l.hidden);
+  }
+  return "";
+}
+
+nlohmann::ordered_json model_json(const ModelSpec& m) {
+  nlohmann::ordered_json out;
+  out["fulcrum"] = 1;
+  out["name"] = m.name;
+  out["parameters"] = m.parameters();
+  out["trainable_parameters"] = m.trainable_parameters();
+  out["components"] = nlohmann::ordered_json::array();
+  for (const ComponentSpec& c : m.components) {
+    nlohmann::ordered_json comp;
+    comp["name"] = c.name;
+    comp["role"] = component_role_name(c.role);
+    comp["trainable"] = c.trainable;
+    comp["layers"] = c.layers.size();
+    comp["transformer_blocks"] = c.transformer_blocks();
+    comp["parameters"] = c.parameters();
+    comp["attention_heads"] = c.attention_heads();
+    comp["kv_heads"] = c.kv_heads();
+    comp["tokens_per_item"] = c.tokens_per_item;
+    comp["merge"] = c.merge;
+    comp["unused_final_layers"] = c.unused_final_layers;
+    comp["layer_runs"] = nlohmann::ordered_json::array();
+    for (const LayerRun& run : layer_runs(c)) {
+      const LayerSpec& l = *run.layer;
+      nlohmann::ordered_json r;
+      r["kind"] = layer_kind_name(l.kind);
+      r["count"] = run.count;
+      r["hidden"] = l.hidden;
+      if (l.kind == LayerKind::kTransformerBlock) {
+        r["ffn"] = l.ffn;
+        r["heads"] = l.heads;
+        r["kv_heads"] = l.kv_heads;
+        r["head_dim"] = l.head_dim;
+        r["mlp"] = mlp_kind_name(l.mlp);
+        r["norm"] = norm_kind_name(l.norm);
+        r["window_tokens"] = l.window_tokens;
+      }
+      if (l.vocab) r["vocab"] = l.vocab;
+      if (l.in_features) r["in_features"] = l.in_features;
+      r["parameters_each"] = l.parameters();
+      comp["layer_runs"].push_back(r);
+    }
+    out["components"].push_back(comp);
+  }
+  return out;
+}
+
+void print_text(const ModelSpec& m) {
+  std::cout << fmt::format("{}: {:.3f}B parameters ({:.3f}B trainable)\n", m.name, m.parameters() / 1e9,
+                           m.trainable_parameters() / 1e9);
+  for (const ComponentSpec& c : m.components) {
+    std::cout << fmt::format("  {} ({}{}): {:.4f}B parameters, {} transformer blocks", c.name,
+                             component_role_name(c.role), c.trainable ? "" : ", frozen", c.parameters() / 1e9,
+                             c.transformer_blocks());
+    if (c.role == ComponentRole::kEncoder) {
+      std::cout << (c.tokens_per_item ? fmt::format(", {} tokens per tile", c.tokens_per_item)
+                                      : std::string(", dynamic patch tokens"))
+                << fmt::format(", {} per LLM token", c.merge);
+      if (c.unused_final_layers) std::cout << fmt::format(", last {} block(s) unused", c.unused_final_layers);
+    }
+    std::cout << "\n";
+    for (const LayerRun& run : layer_runs(c)) {
+      std::cout << fmt::format("    {:>3} × {:<16} {:>14L} params each   {}\n", run.count,
+                               layer_kind_name(run.layer->kind), run.layer->parameters(), describe(*run.layer));
+    }
+  }
+}
+
+}  // namespace
+
+std::function<void()> add_model_command(CLI::App& app) {
+  auto options = std::make_shared<ModelOptions>();
+  CLI::App* cmd = app.add_subcommand("model", "Show a model's components, layers and parameters");
+  cmd->add_option("--model", options->model,
+                  "a preset (" + fmt::format("{}", fmt::join(model_preset_names(), ", ")) +
+                      "; join encoders and an LLM with '+'), or a Hugging Face / open_clip config.json")
+      ->required();
+  cmd->add_option("--trainable", options->trainable,
+                  "train only these components (e.g. projector for LLaVA's first stage); the rest are frozen")
+      ->delimiter(',');
+  cmd->add_flag("--json", options->json, "print one JSON object");
+  return [options] {
+    ModelSpec model = load_model(options->model);
+    if (!options->trainable.empty()) {
+      const std::set<std::string> chosen(options->trainable.begin(), options->trainable.end());
+      for (const std::string& name : chosen) {
+        if (!model.find(name)) {
+          std::vector<std::string> names;
+          for (const ComponentSpec& c : model.components) names.push_back(c.name);
+          throw InputError(fmt::format("--trainable: {} has no component '{}'; it has {}", model.name, name,
+                                       fmt::join(names, ", ")));
+        }
+      }
+      for (ComponentSpec& c : model.components) c.trainable = chosen.count(c.name) > 0;
+    }
+    if (options->json) {
+      std::cout << model_json(model).dump(2) << "\n";
+    } else {
+      print_text(model);
+    }
+  };
+}
+
+}  // namespace fulcrum
