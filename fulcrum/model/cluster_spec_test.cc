@@ -1,0 +1,89 @@
+#include "fulcrum/model/cluster_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+TEST(ClusterPreset, PinnedDeviceNumbers) {
+  const ClusterSpec h100 = cluster_preset("h100:3072");
+  EXPECT_EQ(h100.devices, 3072);
+  EXPECT_EQ(h100.nodes(), 384);
+  EXPECT_DOUBLE_EQ(h100.device.bf16_flops_per_second, 989e12);
+  EXPECT_DOUBLE_EQ(h100.device.memory_bytes, 80 * kGiB);
+  EXPECT_DOUBLE_EQ(h100.device.memory_bytes_per_second, 3.35e12);
+  EXPECT_DOUBLE_EQ(h100.device.intra_node_bytes_per_second, 900e9);
+  EXPECT_DOUBLE_EQ(h100.device.inter_node_bytes_per_second, 50e9);  // 400 Gb/s
+  const ClusterSpec h200 = cluster_preset("h200:8");
+  EXPECT_DOUBLE_EQ(h200.device.memory_bytes, 141e9);
+  EXPECT_DOUBLE_EQ(h200.device.memory_bytes_per_second, 4.8e12);
+  EXPECT_DOUBLE_EQ(h200.device.bf16_flops_per_second, 989e12);
+  const ClusterSpec a100 = cluster_preset("a100");
+  EXPECT_EQ(a100.devices, 8);
+  EXPECT_DOUBLE_EQ(a100.device.bf16_flops_per_second, 312e12);
+  EXPECT_DOUBLE_EQ(a100.device.memory_bytes_per_second, 2.0e12);
+  EXPECT_DOUBLE_EQ(a100.device.intra_node_bytes_per_second, 600e9);
+  const ClusterSpec a800 = cluster_preset("a800:16");
+  EXPECT_DOUBLE_EQ(a800.device.intra_node_bytes_per_second, 400e9);
+  EXPECT_DOUBLE_EQ(a800.device.bf16_flops_per_second, 312e12);
+  EXPECT_TRUE(cluster_preset("cpu").device.communication_shares_compute);
+  EXPECT_FALSE(h100.device.communication_shares_compute);
+}
+
+TEST(ClusterPreset, ReserveIsFivePercentPlusOneGiB) {
+  const ClusterSpec h100 = cluster_preset("h100:8");
+  EXPECT_DOUBLE_EQ(h100.usable_memory_bytes(), 80 * kGiB * 0.95 - kGiB);  // 75 GiB
+  EXPECT_EQ(cluster_preset("h100:9").nodes(), 2);
+}
+
+TEST(ClusterPreset, BadSpecsAreInputErrors) {
+  for (const char* spec : {"tpu:8", "h100:", "h100:0", "h100:-8", "h100:8x", "h100:2.5", ""}) {
+    EXPECT_THROW(cluster_preset(spec), InputError) << spec;
+  }
+}
+
+TEST(ClusterJson, PresetWithOverridesOrAWholeDevice) {
+  const ClusterSpec c = cluster_from_json(
+      R"({"fulcrum": 1, "preset": "h100:64", "reserve_fraction": 0.1, "device": {"memory_bytes": 1e11}})", "c.json");
+  EXPECT_EQ(c.devices, 64);
+  EXPECT_DOUBLE_EQ(c.device.memory_bytes, 1e11);
+  EXPECT_DOUBLE_EQ(c.usable_memory_bytes(), 1e11 * 0.9 - kGiB);
+  const ClusterSpec custom = cluster_from_json(R"({"devices": 4, "device": {"kind": "mi300x",
+      "bf16_flops_per_second": 1.3e15, "memory_bytes": 192e9, "memory_bytes_per_second": 5.3e12,
+      "intra_node_bytes_per_second": 896e9, "inter_node_bytes_per_second": 50e9, "devices_per_node": 8}})", "m.json");
+  EXPECT_EQ(custom.device.kind, "mi300x");
+  EXPECT_EQ(custom.nodes(), 1);
+}
+
+TEST(ClusterJson, BadInputNamesFileAndKey) {
+  const struct {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {R"({"preset": "h100:8",)", "c.json: malformed JSON"},
+      {R"({"preset": "h100:8", "nodes": 2})", "c.json: unknown key 'nodes'"},
+      {R"({"preset": "h100:8", "device": {"memory_bytes": -1}})", "c.json: device: memory_bytes must be a positive"},
+      {R"({"devices": 4, "device": {"kind": "x", "bf16_flops_per_second": 1e15}})", "c.json: device: memory_bytes is missing"},
+      {R"({"device": {"kind": "x"}})", "c.json: device:"},
+      {R"({"preset": "h100:8", "fulcrum": 2})", "c.json: unsupported format version 2"},
+      {R"({"preset": "h100:8", "reserve_fraction": 1.5})", "c.json: reserve_fraction must be in [0, 1)"},
+      {R"({"preset": "h100:8", "reserve_bytes": 1e12})", "c.json: the memory reserve leaves nothing"},
+      {R"([])", "c.json: a cluster is a JSON object"},
+  };
+  for (const auto& c : cases) {
+    try {
+      cluster_from_json(c.text, "c.json");
+      ADD_FAILURE() << "accepted " << c.text;
+    } catch (const InputError& e) {
+      EXPECT_THAT(e.what(), ::testing::StartsWith(c.message)) << c.text;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum
