@@ -16,6 +16,9 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr int64_t kMaxWidth = int64_t{1} << 24;  // widths, heads, vocabularies, pixels
+constexpr int64_t kMaxLayers = 100000;
+
 // Typed access to one JSON object of a config, naming file and key path in every error.
 class Keys {
  public:
@@ -26,8 +29,8 @@ class Keys {
 
   bool has(const char* key) const { return object_.contains(key) && !object_.at(key).is_null(); }
 
-  // A positive integer; `fallback` is the model class's default when the key is absent.
-  int64_t size(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
+  // A positive integer up to `max`; `fallback` is the model class's default when the key is absent.
+  int64_t size(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t max = kMaxWidth) const {
     if (!has(key)) {
       if (fallback) return *fallback;
       fail(key, "is missing");
@@ -36,7 +39,12 @@ class Keys {
     if (!v.is_number_integer()) fail(key, "must be an integer");
     const int64_t value = v.get<int64_t>();
     if (value <= 0) fail(key, fmt::format("must be positive, got {}", value));
+    if (value > max) fail(key, fmt::format("is implausibly large: {} (at most {})", value, max));
     return value;
+  }
+  // Layer counts: a chain of LayerSpecs is built from them.
+  int64_t layers(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
+    return size(key, fallback, kMaxLayers);
   }
 
   int64_t integer(const char* key, int64_t fallback) const {
@@ -135,7 +143,7 @@ ComponentSpec decoder_from(const Keys& k, const std::string& name, const std::st
   s.vocab = k.size("vocab_size", vocab);
   s.hidden = k.size("hidden_size", hidden);
   s.ffn = k.size("intermediate_size", ffn);
-  s.layers = k.size("num_hidden_layers", layers);
+  s.layers = k.layers("num_hidden_layers", layers);
   s.heads = k.size("num_attention_heads", heads);
   s.kv_heads = k.size("num_key_value_heads", kv.value_or(s.heads));
   if (k.has("head_dim")) s.head_dim = k.size("head_dim");
@@ -158,13 +166,13 @@ std::string llm_type(const Keys& k) {
 // InternViT (InternVisionConfig's defaults are the 6B tower's, with RMSNorm).
 ComponentSpec internvit_from(const Keys& k, const std::string& name, std::optional<int64_t> image_pixels) {
   VitShape s;
-  s.layers = k.size("num_hidden_layers", 48);
+  s.layers = k.layers("num_hidden_layers", 48);
   s.hidden = k.size("hidden_size", 3200);
   s.heads = k.size("num_attention_heads", 25);
   s.ffn = k.size("intermediate_size", 12800);
   s.image_pixels = image_pixels ? *image_pixels : k.size("image_size", 224);
   s.patch_pixels = k.size("patch_size", 14);
-  s.channels = k.size("num_channels", 3);
+  s.channels = k.size("num_channels", 3, 64);
   s.norm = norm_named(k, "norm_type", NormKind::kRmsNorm);
   s.qkv_bias = k.flag("qkv_bias", false);
   s.qk_norm = k.flag("qk_normalization", true);
@@ -175,13 +183,13 @@ ComponentSpec internvit_from(const Keys& k, const std::string& name, std::option
 // CLIPVisionConfig's defaults.
 ComponentSpec clip_from(const Keys& k, const std::string& name) {
   VitShape s;
-  s.layers = k.size("num_hidden_layers", 12);
+  s.layers = k.layers("num_hidden_layers", 12);
   s.hidden = k.size("hidden_size", 768);
   s.heads = k.size("num_attention_heads", 12);
   s.ffn = k.size("intermediate_size", 3072);
   s.image_pixels = k.size("image_size", 224);
   s.patch_pixels = k.size("patch_size", 32);
-  s.channels = k.size("num_channels", 3);
+  s.channels = k.size("num_channels", 3, 64);
   s.patch_bias = false;
   s.pre_norm = true;
   s.final_norm = true;
@@ -192,10 +200,10 @@ ComponentSpec clip_from(const Keys& k, const std::string& name) {
 // merger (norm + two linears over 2×2 merged tokens) to the LLM's width.
 void add_qwen_vision(ModelSpec& m, const Keys& v, bool v2_5, int64_t llm_hidden) {
   VitShape s;
-  s.layers = v.size("depth", 32);
+  s.layers = v.layers("depth", 32);
   s.patch_pixels = v.size("patch_size", v.size("spatial_patch_size", 14));
-  s.temporal_patch = v.size("temporal_patch_size", 2);
-  s.channels = v.size("in_chans", v.size("in_channels", 3));
+  s.temporal_patch = v.size("temporal_patch_size", 2, 64);
+  s.channels = v.size("in_chans", v.size("in_channels", 3, 64), 64);
   s.heads = v.size("num_heads", 16);
   s.class_token = false;
   s.learned_positions = false;
@@ -213,10 +221,12 @@ void add_qwen_vision(ModelSpec& m, const Keys& v, bool v2_5, int64_t llm_hidden)
     out_width = v.size("out_hidden_size", llm_hidden);
   } else {
     s.hidden = v.size("embed_dim", 1280);
-    s.ffn = static_cast<int64_t>(std::llround(static_cast<double>(s.hidden) * v.number("mlp_ratio", 4.0)));
+    const double ffn = static_cast<double>(s.hidden) * v.number("mlp_ratio", 4.0);
+    if (ffn < 1 || ffn > static_cast<double>(kMaxWidth)) v.fail("mlp_ratio", "gives an MLP width out of range");
+    s.ffn = std::llround(ffn);
     out_width = v.size("hidden_size", llm_hidden);
   }
-  const int64_t merge_side = v.size("spatial_merge_size", 2);
+  const int64_t merge_side = v.size("spatial_merge_size", 2, 64);
   ComponentSpec vision = vision_transformer("vision", s);
   vision.merge = merge_side * merge_side;
   const int64_t merged = s.hidden * vision.merge;
@@ -230,12 +240,14 @@ ModelSpec from_config(const Keys& root, const std::string& name) {
   if (root.has("vision_cfg")) {  // open_clip / EVA-CLIP: the vision tower
     const Keys v = root.child("vision_cfg");
     VitShape s;
-    s.layers = v.size("layers");
+    s.layers = v.layers("layers");
     s.hidden = v.size("width");
     s.heads = s.hidden / v.size("head_width", 64);
     if (s.heads <= 0 || s.hidden % v.size("head_width", 64) != 0) v.fail("head_width", "must divide width");
     const bool swiglu = v.flag("naiveswiglu", false) || v.flag("swiglu", false);
-    s.ffn = static_cast<int64_t>(static_cast<double>(s.hidden) * v.number("mlp_ratio", 4.0));
+    const double ffn = static_cast<double>(s.hidden) * v.number("mlp_ratio", 4.0);
+    if (ffn < 1 || ffn > static_cast<double>(kMaxWidth)) v.fail("mlp_ratio", "gives an MLP width out of range");
+    s.ffn = static_cast<int64_t>(ffn);
     s.mlp = swiglu ? MlpKind::kSwiGlu : MlpKind::kGelu;
     s.norm = v.flag("use_rms_norm", false) ? NormKind::kRmsNorm : NormKind::kLayerNorm;
     s.qkv_bias = v.flag("qkv_bias", true);
@@ -255,8 +267,8 @@ ModelSpec from_config(const Keys& root, const std::string& name) {
                                              : std::nullopt;
     ComponentSpec vision = internvit_from(v, "vision", image);
     const double ratio = root.number("downsample_ratio", 0.5);
+    if (ratio > 1 || ratio < 1.0 / 64) root.fail("downsample_ratio", "must be between 1/64 and 1");
     vision.merge = std::llround(1.0 / (ratio * ratio));
-    if (vision.merge < 1) root.fail("downsample_ratio", "must be at most 1");
     vision.unused_final_layers = -root.integer("select_layer", -1) - 1;
     if (vision.unused_final_layers < 0 || vision.unused_final_layers >= vision.transformer_blocks()) {
       root.fail("select_layer", "must name one of the vision layers from the end (-1, -2, ...)");

@@ -106,6 +106,19 @@ TEST(HfConfig, BadInputIsOneLineNamingFileAndKey) {
       {"{\"vision_cfg\": {\"width\": 1024}}", "cfg.json: vision_cfg.layers is missing"},
       {"{\"model_type\": \"llama\", \"num_attention_heads\": 32, \"num_key_value_heads\": 5}",
        "cfg.json: component 'llm' layer 1: kv_heads must divide heads"},
+      // Found by fuzzing: a layer count that would allocate gigabytes, and widths whose products overflow.
+      {"{\"model_type\": \"llama\", \"num_hidden_layers\": 100000000}",
+       "cfg.json: num_hidden_layers is implausibly large: 100000000 (at most 100000)"},
+      {"{\"model_type\": \"internvl_chat\", \"downsample_ratio\": 0.01, \"vision_config\": {\"hidden_size\": "
+       "16777216}, \"llm_config\": {\"model_type\": \"llama\", \"hidden_size\": 16777216}}",
+       "cfg.json: downsample_ratio must be between 1/64 and 1"},
+      {"{\"model_type\": \"internvl_chat\", \"downsample_ratio\": 0.02, \"vision_config\": {\"hidden_size\": 16777216, "
+       "\"intermediate_size\": 16777216, \"num_attention_heads\": 1}, \"llm_config\": {\"model_type\": \"llama\", "
+       "\"hidden_size\": 16777216, \"intermediate_size\": 16777216, \"num_attention_heads\": 1}}",
+       "cfg.json: component 'projector' layer 0: a size is implausibly large"},
+      {"{\"model_type\": \"llama\", \"num_hidden_layers\": 100000, \"hidden_size\": 16777216, "
+       "\"intermediate_size\": 16777216, \"num_attention_heads\": 1}",
+       "cfg.json: 1.97e+20 parameters is implausibly many"},
   };
   for (const auto& c : cases) {
     try {

@@ -153,8 +153,20 @@ void require(bool ok, const std::string& where, const ComponentSpec& c, size_t l
 
 }  // namespace
 
+namespace {
+
+// Bounds that keep every parameter count exact in 64 bits: each layer's product of two widths stays below 2^56.
+constexpr int64_t kMaxWidth = int64_t{1} << 24;
+constexpr int64_t kMaxFeatures = int64_t{1} << 32;
+constexpr double kMaxParameters = 1e15;
+
+bool within(int64_t value, int64_t max) { return value >= 0 && value <= max; }
+
+}  // namespace
+
 void validate_model(const ModelSpec& model, const std::string& where) {
   if (model.components.empty()) throw InputError(fmt::format("{}: the model has no components", where));
+  double total = 0;
   for (const ComponentSpec& c : model.components) {
     if (c.layers.empty()) throw InputError(fmt::format("{}: component '{}' has no layers", where, c.name));
     if (c.tokens_per_item < 0 || c.merge < 1 || c.unused_final_layers < 0 ||
@@ -165,6 +177,13 @@ void validate_model(const ModelSpec& model, const std::string& where) {
     for (size_t i = 0; i < c.layers.size(); ++i) {
       const LayerSpec& l = c.layers[i];
       require(l.hidden > 0, where, c, i, "hidden must be positive");
+      require(within(l.hidden, kMaxWidth) && within(l.ffn, kMaxWidth) && within(l.heads, kMaxWidth) &&
+                  within(l.kv_heads, kMaxWidth) && within(l.head_dim, kMaxWidth) &&
+                  within(l.heads * l.head_dim, kMaxWidth) && within(l.vocab, kMaxFeatures) &&
+                  within(l.in_features, kMaxFeatures) && within(l.positions, kMaxFeatures) &&
+                  within(l.projector_linears, 64),
+              where, c, i, "a size is implausibly large");
+      total += static_cast<double>(l.parameters());
       switch (l.kind) {
         case LayerKind::kTransformerBlock:
           require(l.ffn > 0 && l.heads > 0 && l.kv_heads > 0 && l.head_dim > 0, where, c, i,
@@ -188,6 +207,9 @@ void validate_model(const ModelSpec& model, const std::string& where) {
           break;
       }
     }
+  }
+  if (total > kMaxParameters) {
+    throw InputError(fmt::format("{}: {:.3g} parameters is implausibly many (at most 1e15)", where, total));
   }
 }
 
