@@ -187,6 +187,15 @@ TEST_F(Cli, ModelJsonListsComponentsWithTheirParameters) {
   }
   EXPECT_EQ(j["parameters"].get<int64_t>(), sum);
   EXPECT_EQ(j["trainable_parameters"], j["components"][1]["parameters"]);
+  // CLIP-L/14-336 runs 23 of its 24 blocks on a 577-token tile; the LLM's token costs 6 × its matmul weights
+  // (the head included, the embedding lookup not) when trained, 4 × when frozen (no weight gradients).
+  EXPECT_EQ(j["components"][0]["flops"]["unit"], "tile");
+  EXPECT_EQ(j["components"][2]["flops"]["unit"], "token");
+  const double llm_matmul_weights = j["components"][2]["parameters"].get<double>() -
+                                    32064.0 * 4096 - 4096 * 65.0;  // embedding, RMSNorm weights
+  EXPECT_NEAR(j["components"][2]["flops"]["per_unit"].get<double>(), 4 * llm_matmul_weights, 1e3);
+  EXPECT_DOUBLE_EQ(j["components"][2]["training_state_bytes_unsharded"].get<double>(),
+                   2 * j["components"][2]["parameters"].get<double>());
   // A config.json reads the same way as a preset.
   const Result from_file = run("model --model " + std::string(FULCRUM_SOURCE_DIR) +
                                "/data/modelcfg/llava_1_5_7b_hf.config.json --json");

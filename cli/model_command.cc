@@ -10,6 +10,8 @@
 
 #include "cli/commands.h"
 #include "fulcrum/core/error.h"
+#include "fulcrum/cost/layer_flops.h"
+#include "fulcrum/cost/training_state_memory.h"
 #include "fulcrum/model/hf_config.h"
 #include "fulcrum/model/model_presets.h"
 
@@ -77,6 +79,34 @@ std::string describe(const LayerSpec& l) {
   return "";
 }
 
+// Forward + backward model FLOPs of a component for one sequence of `tokens` tokens.
+double component_flops(const ComponentSpec& c, int64_t tokens, bool with_attention) {
+  const TokenBatch batch{1, tokens, with_attention ? tokens * tokens : 0};
+  double total = 0;
+  // Layers whose output the model does not use are not run.
+  const size_t used = c.layers.size() - static_cast<size_t>(c.unused_final_layers);
+  for (size_t i = 0; i < used; ++i) total += model_flops(c.layers[i], batch, c.trainable);
+  return total;
+}
+
+// What one unit of a component's input costs: a tile for a fixed-size encoder, a token otherwise; plus the
+// attention term per squared sequence length, for packing.
+struct ComponentFlops {
+  std::string unit;
+  double per_unit = 0;
+  double attention_per_token_squared = 0;
+};
+
+ComponentFlops flops_of(const ComponentSpec& c) {
+  constexpr int64_t kProbe = 1000;
+  const double linear = component_flops(c, kProbe, false);
+  const double attention = (component_flops(c, kProbe, true) - linear) / (static_cast<double>(kProbe) * kProbe);
+  if (c.role == ComponentRole::kEncoder && c.tokens_per_item > 0) {
+    return {"tile", component_flops(c, c.tokens_per_item, true), 0};  // a tile is one fixed-length sequence
+  }
+  return {c.role == ComponentRole::kEncoder ? "patch token" : "token", linear / kProbe, attention};
+}
+
 nlohmann::ordered_json model_json(const ModelSpec& m) {
   nlohmann::ordered_json out;
   out["fulcrum"] = 1;
@@ -97,6 +127,12 @@ nlohmann::ordered_json model_json(const ModelSpec& m) {
     comp["tokens_per_item"] = c.tokens_per_item;
     comp["merge"] = c.merge;
     comp["unused_final_layers"] = c.unused_final_layers;
+    const ComponentFlops flops = flops_of(c);
+    // Forward and backward, no recomputation (the model-FLOPs convention); a tile includes its attention.
+    comp["flops"] = {{"unit", flops.unit}, {"per_unit", flops.per_unit},
+                     {"attention_per_token_squared", flops.attention_per_token_squared}};
+    comp["training_state_bytes_unsharded"] =
+        training_state_bytes(c.parameters(), 1, StateSharding::kZero0, c.trainable).total();
     comp["layer_runs"] = nlohmann::ordered_json::array();
     for (const LayerRun& run : layer_runs(c)) {
       const LayerSpec& l = *run.layer;
@@ -136,7 +172,15 @@ void print_text(const ModelSpec& m) {
                 << fmt::format(", {} per LLM token", c.merge);
       if (c.unused_final_layers) std::cout << fmt::format(", last {} block(s) unused", c.unused_final_layers);
     }
-    std::cout << "\n";
+    const ComponentFlops flops = flops_of(c);
+    std::cout << fmt::format("\n    {:.3g} FLOPs per {} forward+backward{}; weights, gradients and Adam state {:.1f} GiB "
+                             "unsharded\n",
+                             flops.per_unit, flops.unit,
+                             flops.attention_per_token_squared > 0
+                                 ? fmt::format(" (+ {:.3g}·t² attention per sequence of t)", flops.attention_per_token_squared)
+                                 : std::string(),
+                             training_state_bytes(c.parameters(), 1, StateSharding::kZero0, c.trainable).total() /
+                                 (1024.0 * 1024 * 1024));
     for (const LayerRun& run : layer_runs(c)) {
       std::cout << fmt::format("    {:>3} × {:<16} {:>14L} params each   {}\n", run.count,
                                layer_kind_name(run.layer->kind), run.layer->parameters(), describe(*run.layer));

@@ -4,33 +4,21 @@
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/model/model_builders.h"
+#include "fulcrum/model/test_layers.h"
 
 namespace fulcrum {
 namespace {
 
-LayerSpec small_block() {
-  LayerSpec b;
-  b.kind = LayerKind::kTransformerBlock;
-  b.hidden = 8;
-  b.heads = 2;
-  b.kv_heads = 1;
-  b.head_dim = 4;
-  b.ffn = 16;
-  b.mlp = MlpKind::kSwiGlu;
-  b.norm = NormKind::kRmsNorm;
-  return b;
-}
-
 TEST(LayerParameters, GroupedQueryAttentionAndSwiGluByHand) {
   // q 8×8 = 64, k and v 8×4 = 32 each, o 8×8 = 64 → 192; MLP 3 × 8 × 16 = 384; two RMSNorms 2 × 8 = 16.
-  EXPECT_EQ(small_block().parameters(), 192 + 384 + 16);
-  LayerSpec biased = small_block();
+  EXPECT_EQ(tiny_gqa_swiglu_block().parameters(), 192 + 384 + 16);
+  LayerSpec biased = tiny_gqa_swiglu_block();
   biased.qkv_bias = true;  // + 8 + 4 + 4
   EXPECT_EQ(biased.parameters(), 592 + 16);
 }
 
 TEST(LayerParameters, GeluMlpWithBiasesAndLayerNormByHand) {
-  LayerSpec b = small_block();
+  LayerSpec b = tiny_gqa_swiglu_block();
   b.kv_heads = 2;
   b.mlp = MlpKind::kGelu;
   b.norm = NormKind::kLayerNorm;

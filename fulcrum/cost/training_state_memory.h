@@ -1,0 +1,31 @@
+#ifndef FULCRUM_COST_TRAINING_STATE_MEMORY_H_
+#define FULCRUM_COST_TRAINING_STATE_MEMORY_H_
+
+#include <cstdint>
+
+namespace fulcrum {
+
+// How parameters, gradients and Adam's optimizer state are kept across the `dp` data-parallel replicas.
+enum class StateSharding {
+  kZero0,  // DDP: everything replicated
+  kZero1,  // optimizer state sharded
+  kZero2,  // optimizer state and gradients sharded
+  kZero3,  // parameters too (FSDP full shard)
+  kMegatronDistributedOptimizer,  // Megatron-LM --use-distributed-optimizer: fp32 grads, sharded fp32 state
+};
+
+// Bytes per device for `parameters` parameters held by this device (after tensor and pipeline parallelism),
+// mixed-precision Adam: 16-bit parameters (2 bytes) and gradients (2), fp32 master copy, momentum and variance
+// (12), as Rajbhandari et al. 2020 (ZeRO) count them; Megatron's distributed optimizer keeps fp32 gradients
+// (4) and shards the 12 bytes: 6 + 12/dp per parameter. A frozen parameter holds only its 2 bytes.
+struct TrainingStateBytes {
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double total() const { return parameters + gradients + optimizer; }
+};
+TrainingStateBytes training_state_bytes(int64_t parameters, int64_t dp, StateSharding sharding, bool trainable = true);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COST_TRAINING_STATE_MEMORY_H_
