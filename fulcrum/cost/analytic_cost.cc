@@ -1,0 +1,156 @@
+#include "fulcrum/cost/analytic_cost.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace fulcrum {
+
+DeviceEfficiency efficiency_for(const DeviceSpec& device) {
+  if (device.kind == "a100" || device.kind == "a800") return {0.75, 0.60, 0.85, 0.75, 10e-6};
+  if (device.kind == "h100" || device.kind == "h200") return {0.70, 0.50, 0.80, 0.75, 10e-6};
+  if (device.kind == "cpu") return {0.50, 0.33, 0.60, 0.50, 50e-6};
+  return {};
+}
+
+AnalyticCost::AnalyticCost(ClusterSpec cluster) : AnalyticCost(cluster, efficiency_for(cluster.device)) {}
+
+AnalyticCost::AnalyticCost(ClusterSpec cluster, DeviceEfficiency efficiency)
+    : cluster_(std::move(cluster)), efficiency_(efficiency) {}
+
+double AnalyticCost::compute_seconds(double flops, double memory_bytes, double efficiency) const {
+  const DeviceSpec& d = cluster_.device;
+  return std::max(flops / (d.bf16_flops_per_second * efficiency),
+                  memory_bytes / (d.memory_bytes_per_second * efficiency_.memory));
+}
+
+double AnalyticCost::collective_seconds(double bytes_sent, int group) const {
+  if (group <= 1) return 0;
+  const DeviceSpec& d = cluster_.device;
+  // NVLink's quoted rate counts both directions; a ring sends one way.
+  const double link = group <= d.devices_per_node ? d.intra_node_bytes_per_second / 2 : d.inter_node_bytes_per_second;
+  return efficiency_.collective_latency_seconds + bytes_sent / (link * efficiency_.link);
+}
+
+namespace {
+
+constexpr double kBytes = 2;  // 16-bit weights and activations
+
+// Ring collectives over `group` devices of a T×h activation of `bytes` in all: an all-reduce sends
+// 2(g−1)/g of it from each device, a reduce-scatter or an all-gather (g−1)/g.
+double all_reduce_bytes(double bytes, int group) { return 2.0 * (group - 1) / group * bytes; }
+double gather_bytes(double bytes, int group) { return static_cast<double>(group - 1) / group * bytes; }
+
+}  // namespace
+
+LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
+  const LayerSpec& l = *work.layer;
+  const int tp = std::max(1, work.sharding.tp);
+  const bool sp = work.sharding.sequence_parallel && tp > 1;
+  const double t = static_cast<double>(work.batch.tokens);
+  const double h = static_cast<double>(l.hidden);
+  const Pass pass = work.pass;
+  const bool full_pass = pass == Pass::kForward || pass == Pass::kBackwardInput ||
+                         (pass == Pass::kRecompute && work.recompute == Recompute::kFull);
+  const bool weight_pass = pass == Pass::kBackwardWeight;
+  if (pass == Pass::kRecompute && work.recompute == Recompute::kNone) return {};
+  if (weight_pass && !work.trainable) return {};
+  const std::string suffix = pass == Pass::kBackwardInput ? "_dgrad" : (weight_pass ? "_wgrad" : "");
+
+  LayerCost out;
+  auto add_compute = [&](const std::string& name, double flops, double memory_bytes, double efficiency) {
+    Kernel k{name + suffix, Kernel::Kind::kCompute, flops, memory_bytes, 0,
+             compute_seconds(flops, memory_bytes, efficiency)};
+    out.flops += flops;
+    out.seconds += k.seconds;
+    out.kernels.push_back(std::move(k));
+  };
+  auto add_collective = [&](const std::string& name, double bytes_sent) {
+    if (tp <= 1) return;
+    Kernel k{name, Kernel::Kind::kCommunication, 0, 0, bytes_sent, collective_seconds(bytes_sent, tp)};
+    out.seconds += k.seconds;
+    out.kernels.push_back(std::move(k));
+  };
+  // The tensor-parallel exchange of a T×h activation entering or leaving a sharded region.
+  const double activation = kBytes * t * h;
+  auto enter_region = [&] {
+    if (sp && !weight_pass) add_collective("tp_all_gather", gather_bytes(activation, tp));
+  };
+  auto leave_region = [&] {
+    if (weight_pass) return;
+    if (sp) {
+      add_collective("tp_reduce_scatter", gather_bytes(activation, tp));
+    } else {
+      add_collective("tp_all_reduce", all_reduce_bytes(activation, tp));
+    }
+  };
+  // A sharded matmul of `in`→`out` features over T tokens: weights, input and output traffic.
+  auto matmul = [&](const std::string& name, double in, double out_features) {
+    const double flops = 2 * t * in * out_features / tp;
+    const double bytes = kBytes * (in * out_features / tp + t * in + t * out_features / tp);
+    add_compute(name, flops, bytes, efficiency_.matmul);
+  };
+
+  switch (l.kind) {
+    case LayerKind::kTransformerBlock: {
+      const double q = static_cast<double>(l.heads * l.head_dim);
+      const double kv = static_cast<double>(l.kv_heads * l.head_dim);
+      const double f = static_cast<double>(l.ffn);
+      const double mlp_in = (l.mlp == MlpKind::kGelu ? 1 : 2) * f;
+      const double attention_flops = layer_flops(l, Pass::kForward, work.batch).attention / tp;
+      const double attention_bytes = kBytes * t * (2 * q + 2 * kv) / tp;
+      const bool selective_only = pass == Pass::kRecompute && work.recompute == Recompute::kSelective;
+      if (selective_only) {
+        add_compute("attention", attention_flops, attention_bytes, efficiency_.attention);
+        break;
+      }
+      enter_region();
+      matmul("qkv", h, q + 2 * kv);
+      if (full_pass) {
+        add_compute("attention", attention_flops * (pass == Pass::kBackwardInput ? 2 : 1),
+                    attention_bytes * (pass == Pass::kBackwardInput ? 2 : 1), efficiency_.attention);
+      }
+      matmul("out_proj", q, h);
+      leave_region();
+      enter_region();
+      matmul("mlp_in", h, mlp_in);
+      matmul("mlp_out", f, h);
+      leave_region();
+      if (full_pass) {
+        const double replicated = sp ? tp : 1;
+        // Two norms (read and write), two residual adds (two reads, one write), the activation function.
+        add_compute("elementwise", 0,
+                    kBytes * (4 * t * h / replicated + 6 * t * h / replicated + (mlp_in + f) * t / tp),
+                    efficiency_.memory);
+      }
+      break;
+    }
+    case LayerKind::kPatchEmbedding:
+      matmul("patch_embed", static_cast<double>(l.in_features), h);
+      break;
+    case LayerKind::kProjector: {
+      double in = static_cast<double>(l.in_features);
+      for (int64_t i = 0; i < l.projector_linears; ++i) {
+        const double next = static_cast<double>(i + 1 == l.projector_linears ? l.hidden : l.ffn);
+        matmul("projector_" + std::to_string(i), in, next);
+        in = next;
+      }
+      break;
+    }
+    case LayerKind::kLmHead:
+      // Vocabulary-parallel head: each device holds V/tp rows; the loss reduces over the group.
+      matmul("lm_head", h, static_cast<double>(l.vocab));
+      break;
+    case LayerKind::kTokenEmbedding:
+      if (!weight_pass) {
+        add_compute("embedding", 0, kBytes * 2 * t * h, efficiency_.memory);
+        if (pass == Pass::kForward) leave_region();  // vocabulary-parallel lookup: partial rows summed
+      }
+      break;
+    case LayerKind::kFinalNorm:
+      if (full_pass) add_compute("final_norm", 0, kBytes * 2 * t * h / (sp ? tp : 1), efficiency_.memory);
+      break;
+  }
+  return out;
+}
+
+}  // namespace fulcrum

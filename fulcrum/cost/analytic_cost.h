@@ -1,0 +1,51 @@
+#ifndef FULCRUM_COST_ANALYTIC_COST_H_
+#define FULCRUM_COST_ANALYTIC_COST_H_
+
+#include "fulcrum/cost/cost_model.h"
+#include "fulcrum/model/cluster_spec.h"
+
+namespace fulcrum {
+
+// The fractions of a device's peak rates that training kernels reach: one set per device kind, stated once
+// and never tuned to an experiment.
+struct DeviceEfficiency {
+  double matmul = 0.70;     // dense GEMMs at training shapes
+  double attention = 0.50;  // fused attention (FlashAttention-2 class kernels)
+  double memory = 0.80;     // bandwidth-bound elementwise kernels
+  double link = 0.75;       // collective bus bandwidth over the link's one-direction rate
+  double collective_latency_seconds = 10e-6;
+};
+
+// A100/A800: cuBLAS reaches ~75% of 312 TFLOP/s on large bf16 GEMMs and FlashAttention-2 ~60%; H100/H200: ~70%
+// and ~50% (FlashAttention-2 is not yet Hopper-tuned); NCCL ~75% of NVLink; HBM 80–85%. cpu: half of the FMA
+// peak for GEMMs, a third for attention, 60% of memory bandwidth, and slow loopback collectives.
+DeviceEfficiency efficiency_for(const DeviceSpec& device);
+
+// Time of layer work from a roofline: every compute kernel takes max(FLOPs / (peak × efficiency), bytes /
+// (memory bandwidth × efficiency)); a tensor-parallel collective takes latency + the ring algorithm's bytes
+// over the link (NVLink within a node, the network beyond). Kernels of a transformer block, per pass:
+//   [all-gather (sequence parallel)] qkv, attention, out_proj, [all-reduce or reduce-scatter],
+//   [all-gather] mlp_in, mlp_out, [all-reduce or reduce-scatter], elementwise (norms, residuals, activation)
+// mirrored as *_dgrad for the input gradient (attention backward costs twice its forward), *_wgrad for the
+// weight gradient, and the forward again (or its attention only) for recomputation. 16-bit weights and
+// activations.
+class AnalyticCost : public CostModel {
+ public:
+  explicit AnalyticCost(ClusterSpec cluster);
+  AnalyticCost(ClusterSpec cluster, DeviceEfficiency efficiency);
+  LayerCost layer_cost(const LayerWork& work) const override;
+
+  const ClusterSpec& cluster() const { return cluster_; }
+  const DeviceEfficiency& efficiency() const { return efficiency_; }
+
+ private:
+  double compute_seconds(double flops, double memory_bytes, double efficiency) const;
+  double collective_seconds(double bytes_sent, int group) const;
+
+  ClusterSpec cluster_;
+  DeviceEfficiency efficiency_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COST_ANALYTIC_COST_H_

@@ -1,0 +1,113 @@
+#include "fulcrum/cost/analytic_cost.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "fulcrum/model/test_layers.h"
+
+namespace fulcrum {
+namespace {
+
+// A device with round rates and perfect efficiency, so every kernel's time can be worked out by hand:
+// 100 TFLOP/s, 1 TB/s of memory bandwidth, 200 GB/s NVLink (100 GB/s each way), 1 µs collective latency.
+AnalyticCost round_device() {
+  ClusterSpec cluster = cluster_preset("h100:8");
+  cluster.device.bf16_flops_per_second = 100e12;
+  cluster.device.memory_bytes_per_second = 1e12;
+  cluster.device.intra_node_bytes_per_second = 200e9;
+  return AnalyticCost(cluster, {1.0, 1.0, 1.0, 1.0, 1e-6});
+}
+
+const TokenBatch kOneSequence{1, 2048, 2048 * 2048};
+constexpr double T = 2048, h = 12288;
+
+std::map<std::string, Kernel> by_name(const LayerCost& cost) {
+  std::map<std::string, Kernel> out;
+  for (const Kernel& k : cost.kernels) out[k.name + (out.count(k.name) ? "#2" : "")] = k;
+  return out;
+}
+
+TEST(AnalyticCost, ForwardKernelsOfAGpt3LayerByHand) {
+  const LayerSpec block = gpt3_block();
+  const LayerCost fwd = round_device().layer_cost({&block, Pass::kForward, kOneSequence, {1, false}});
+  const auto k = by_name(fwd);
+  ASSERT_EQ(k.size(), 6u);  // qkv, attention, out_proj, mlp_in, mlp_out, elementwise: no collectives at tp 1
+  // qkv: 2·T·h·3h FLOPs, compute-bound: 2·2048·12288·36864 / 1e14 s.
+  EXPECT_DOUBLE_EQ(k.at("qkv").flops, 2 * T * h * 3 * h);
+  EXPECT_DOUBLE_EQ(k.at("qkv").seconds, 2 * T * h * 3 * h / 100e12);
+  EXPECT_DOUBLE_EQ(k.at("attention").flops, 4 * T * T * h);
+  // Elementwise work moves 2 bytes × (10Th + 2·4h·T) and is bandwidth-bound.
+  EXPECT_DOUBLE_EQ(k.at("elementwise").memory_bytes, 2 * (10 * T * h + 8 * h * T));
+  EXPECT_DOUBLE_EQ(k.at("elementwise").seconds, 2 * (10 * T * h + 8 * h * T) / 1e12);
+  // The kernels add up to the layer's FLOPs and time.
+  EXPECT_DOUBLE_EQ(fwd.flops, layer_flops(block, Pass::kForward, kOneSequence).total());
+  double seconds = 0;
+  for (const Kernel& kernel : fwd.kernels) seconds += kernel.seconds;
+  EXPECT_DOUBLE_EQ(fwd.seconds, seconds);
+}
+
+TEST(AnalyticCost, TensorParallelCollectivesByHand) {
+  const LayerSpec block = gpt3_block();
+  const AnalyticCost cost = round_device();
+  // tp 8 without sequence parallelism: two all-reduces of the T×h activation (2 bytes each), each device
+  // sending 2·7/8 of it over 100 GB/s, plus 1 µs.
+  const LayerCost tp8 = cost.layer_cost({&block, Pass::kForward, kOneSequence, {8, false}});
+  int all_reduces = 0;
+  for (const Kernel& k : tp8.kernels) {
+    if (k.kind != Kernel::Kind::kCommunication) continue;
+    ++all_reduces;
+    EXPECT_EQ(k.name, "tp_all_reduce");
+    EXPECT_DOUBLE_EQ(k.communication_bytes, 2.0 * 7 / 8 * 2 * T * h);
+    EXPECT_DOUBLE_EQ(k.seconds, 1e-6 + 2.0 * 7 / 8 * 2 * T * h / 100e9);
+  }
+  EXPECT_EQ(all_reduces, 2);
+  EXPECT_DOUBLE_EQ(tp8.flops, layer_flops(block, Pass::kForward, kOneSequence).total() / 8);
+  // With sequence parallelism: an all-gather and a reduce-scatter around each region, 7/8 of T×h each.
+  const LayerCost sp = cost.layer_cost({&block, Pass::kForward, kOneSequence, {8, true}});
+  std::map<std::string, int> collectives;
+  for (const Kernel& k : sp.kernels) {
+    if (k.kind != Kernel::Kind::kCommunication) continue;
+    ++collectives[k.name];
+    EXPECT_DOUBLE_EQ(k.communication_bytes, 7.0 / 8 * 2 * T * h);
+  }
+  EXPECT_EQ(collectives, (std::map<std::string, int>{{"tp_all_gather", 2}, {"tp_reduce_scatter", 2}}));
+}
+
+TEST(AnalyticCost, BackwardPassesAndRecomputation) {
+  const LayerSpec block = gpt3_block();
+  const AnalyticCost cost = round_device();
+  const LayerCost dgrad = cost.layer_cost({&block, Pass::kBackwardInput, kOneSequence, {1, false}});
+  EXPECT_DOUBLE_EQ(dgrad.flops, layer_flops(block, Pass::kBackwardInput, kOneSequence).total());
+  EXPECT_EQ(dgrad.kernels.front().name, "qkv_dgrad");
+  const LayerCost wgrad = cost.layer_cost({&block, Pass::kBackwardWeight, kOneSequence, {8, false}});
+  EXPECT_DOUBLE_EQ(wgrad.flops, layer_flops(block, Pass::kBackwardWeight, kOneSequence).total() / 8);
+  for (const Kernel& k : wgrad.kernels) EXPECT_EQ(k.kind, Kernel::Kind::kCompute) << k.name;
+  // A frozen layer has no weight gradient; no recomputation costs nothing; selective reruns attention only.
+  EXPECT_TRUE(cost.layer_cost({&block, Pass::kBackwardWeight, kOneSequence, {1, false}, false}).kernels.empty());
+  EXPECT_TRUE(cost.layer_cost({&block, Pass::kRecompute, kOneSequence, {1, false}, true, Recompute::kNone})
+                  .kernels.empty());
+  const LayerCost selective =
+      cost.layer_cost({&block, Pass::kRecompute, kOneSequence, {1, false}, true, Recompute::kSelective});
+  ASSERT_EQ(selective.kernels.size(), 1u);
+  EXPECT_EQ(selective.kernels[0].name, "attention");
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kRecompute, kOneSequence, {1, false}, true, Recompute::kFull}).flops,
+                   layer_flops(block, Pass::kForward, kOneSequence).total());
+}
+
+TEST(AnalyticCost, EfficiencyIsOneDocumentedSetPerDeviceKind) {
+  EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("a100").device).matmul, 0.75);
+  EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("a800").device).matmul, 0.75);
+  EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("h100").device).matmul, 0.70);
+  EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("h200").device).attention, 0.50);
+  // A GPT-3 layer's forward on one A100 at tp 1 takes its FLOPs over 75% of 312 TFLOP/s, give or take the
+  // attention and elementwise kernels: between 25 and 40 ms.
+  const LayerSpec block = gpt3_block();
+  const double seconds = AnalyticCost(cluster_preset("a100")).layer_cost({&block, Pass::kForward, kOneSequence, {1, false}}).seconds;
+  EXPECT_GT(seconds, 24 * T * h * h / (0.75 * 312e12));
+  EXPECT_LT(seconds, 0.040);
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,54 @@
+#ifndef FULCRUM_COST_COST_MODEL_H_
+#define FULCRUM_COST_COST_MODEL_H_
+
+#include <string>
+#include <vector>
+
+#include "fulcrum/cost/activation_memory.h"
+#include "fulcrum/cost/layer_flops.h"
+#include "fulcrum/model/model_spec.h"
+
+namespace fulcrum {
+
+// One kernel of a layer's pass on one device: compute (a matmul, the attention core, elementwise work) or a
+// collective of the tensor-parallel group. Optimus places encoder work in LLM bubbles kernel by kernel, and
+// the simulator overlaps communication with compute, so the two are kept apart.
+struct Kernel {
+  enum class Kind { kCompute, kCommunication };
+  std::string name;  // "qkv", "attention", "out_proj", "mlp_in", "mlp_out", "elementwise", "tp_all_reduce", ...
+  Kind kind = Kind::kCompute;
+  double flops = 0;                // on this device
+  double memory_bytes = 0;         // device-memory traffic on this device
+  double communication_bytes = 0;  // bytes this device sends in the collective
+  double seconds = 0;
+};
+
+// What a layer's pass costs on one device of its tensor-parallel group.
+struct LayerCost {
+  double seconds = 0;  // the kernels one after another
+  double flops = 0;    // on this device
+  std::vector<Kernel> kernels;
+};
+
+// One pass of one layer, as a schedule runs it: which layer, on which tokens, sharded how, recomputing what.
+struct LayerWork {
+  const LayerSpec* layer = nullptr;
+  Pass pass = Pass::kForward;
+  TokenBatch batch;
+  TensorSharding sharding;
+  bool trainable = true;
+  Recompute recompute = Recompute::kNone;  // for Pass::kRecompute
+};
+
+// Time and kernels of layer work on a device. Implementations: AnalyticCost (a roofline over the device's
+// rates), and a profiled table that overrides it where measurements exist. Layer kinds may grow (expert-
+// parallel MoE layers would add all-to-all kernels); callers must not assume the kernel list's shape.
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual LayerCost layer_cost(const LayerWork& work) const = 0;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COST_COST_MODEL_H_
