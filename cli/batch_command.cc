@@ -10,7 +10,9 @@
 #include "cli/commands.h"
 #include "cli/output_file.h"
 #include "fulcrum/core/error.h"
+#include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/flops_sample_cost.h"
+#include "fulcrum/cost/model_sample_cost.h"
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
 #include "fulcrum/data/isf.h"
@@ -18,6 +20,8 @@
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/data/plan_audit.h"
 #include "fulcrum/data/plan_json.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/model/load_model.h"
 
 namespace fulcrum {
 
@@ -37,6 +41,8 @@ struct BatchOptions {
   std::string algo = "fulcrum";
   BatchParams params;
   std::string cost_file;
+  std::string model;             // balance with this model's cost instead of the pinned InternVL one
+  std::string cluster = "a100";  // the devices that model runs on
   std::string oversize = "error";
   std::string out;
   bool json = false;
@@ -187,15 +193,28 @@ void run_batch(BatchOptions& o) {
   if (o.oversize == "own-group") o.params.oversize = OversizePolicy::kOwnGroup;
   if (o.params.dp < 1) throw InputError(fmt::format("--dp must be at least 1, got {}", o.params.dp));
   if (!o.compare) make_batcher(o.algo);  // reject an unknown name before loading anything
+  if (!o.model.empty() && !o.cost_file.empty()) throw InputError("--model and --cost both set the cost: give one");
   const FlopsCoefficients coefficients = o.cost_file.empty() ? FlopsCoefficients{} : read_flops_coefficients(o.cost_file);
+  std::unique_ptr<ModelSampleCost> model_cost;
+  if (!o.model.empty()) model_cost = std::make_unique<ModelSampleCost>(load_model(o.model), AnalyticCost(cluster_preset(o.cluster)));
   LoadedData loaded = load_dataset(o.data, {o.root, o.strict, &std::cerr});
   const Dataset& data = loaded.dataset;
   const double load_seconds = seconds_since(start);
   check_params(o.params, data);
-  const FlopsSampleCost cost(data.vision_unit(), coefficients);
+  if (model_cost && model_cost->vision_unit() != data.vision_unit()) {
+    throw InputError(fmt::format("{} counts vision in {}, but model '{}' takes {}", o.data,
+                                 vision_unit_name(data.vision_unit()), o.model,
+                                 vision_unit_name(model_cost->vision_unit())));
+  }
+  const FlopsSampleCost flops_cost(data.vision_unit(), coefficients);
+  const SampleCost& cost = model_cost ? static_cast<const SampleCost&>(*model_cost) : flops_cost;
 
   if (!o.compare) {
     Run run = run_batcher(o.algo, o.params, data, cost, o.out, o.algo);
+    if (model_cost) {
+      run.summary["params"]["model"] = o.model;
+      run.summary["params"]["cluster"] = o.cluster;
+    }
     run.summary["timing"]["load_seconds"] = load_seconds;
     run.summary["timing"]["total_seconds"] = seconds_since(start);
     if (o.json) {
@@ -263,6 +282,9 @@ std::function<void()> add_batch_command(CLI::App& app) {
   cmd->add_option("--passes", p.passes, "isf: sampling passes (T)")->capture_default_str();
   cmd->add_flag("--search", p.search, "isf: choose the caps by OmniBal's parameter search");
   cmd->add_option("--cost", o->cost_file, "JSON file of cost coefficients overriding the InternVL-Chat-1.5 defaults");
+  cmd->add_option("--model", o->model,
+                  "balance with this model's cost (a preset or a config.json, as for `fulcrum model`)");
+  cmd->add_option("--cluster", o->cluster, "the devices for --model's cost, e.g. h100 (default a100)");
   cmd->add_option("--oversize", o->oversize, "A sample over a cap: error | own-group")
       ->check(CLI::IsMember({"error", "own-group"}))
       ->capture_default_str();

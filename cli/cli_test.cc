@@ -99,6 +99,10 @@ TEST_F(Cli, BadInputTable) {
       {"config_negative", R"({"model_type": "qwen2", "num_hidden_layers": -2})", "model --model {file}",
        "num_hidden_layers must be positive, got -2"},
       {"unknown_component", ok, "model --model llava-1.5-7b --trainable adapter", "has no component 'adapter'"},
+      {"model_and_cost", ok, "batch --data {file} --dp 2 --model llava-1.5-7b --cost {file} --out {out}",
+       "--model and --cost both set the cost"},
+      {"unknown_cluster", ok, "batch --data {file} --dp 2 --model llava-1.5-7b --cluster tpu --out {out}",
+       "unknown device kind 'tpu'"},
   };
   for (const BadCase& c : cases) {
     const std::string ext = std::string(c.name) == "csv_row" ? ".csv" : ".json";
@@ -115,7 +119,8 @@ TEST_F(Cli, BadInputTable) {
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.name << ": " << r.err;
     // A message about a file names it; parameter errors have no file to name.
     if (std::string(c.args).find("{file}") != std::string::npos && std::string(c.name) != "unknown_option" &&
-        std::string(c.name) != "dp_zero" &&
+        std::string(c.name) != "dp_zero" && std::string(c.name) != "model_and_cost" &&
+        std::string(c.name) != "unknown_cluster" &&
         std::string(c.name) != "unknown_algo" && std::string(c.name) != "drop_last_nothing_left") {
       EXPECT_NE(r.err.find(fs::path(file).filename().string()), std::string::npos) << c.name << ": " << r.err;
     }
@@ -201,6 +206,19 @@ TEST_F(Cli, ModelJsonListsComponentsWithTheirParameters) {
                                "/data/modelcfg/llava_1_5_7b_hf.config.json --json");
   ASSERT_EQ(from_file.status, 0) << from_file.err;
   EXPECT_EQ(nlohmann::json::parse(from_file.out)["parameters"], j["parameters"]);
+}
+
+TEST_F(Cli, BatchBalancesWithAModelsCost) {
+  const std::string data = std::string(FULCRUM_SOURCE_DIR) + "/data/internvl_sft_1.2M.json";
+  const Result r = run("batch --data " + data + " --root " + FULCRUM_SOURCE_DIR +
+                       " --dp 8 --model internvl-chat-1.5 --cluster h100 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["params"]["model"], "internvl-chat-1.5");
+  EXPECT_EQ(j["params"]["cluster"], "h100");
+  EXPECT_EQ(j["duplicated"], 0);
+  // Balanced by the model's own cost, measured by it too: as tight as with the pinned coefficients.
+  EXPECT_LT(j["metrics"]["time_imbalance"].get<double>(), 0.02);
 }
 
 TEST_F(Cli, StatsOfTheBundledIndex) {

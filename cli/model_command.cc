@@ -1,7 +1,6 @@
 // `fulcrum model`: what a model is made of — components, layers, parameters.
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -12,7 +11,7 @@
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/layer_flops.h"
 #include "fulcrum/cost/training_state_memory.h"
-#include "fulcrum/model/hf_config.h"
+#include "fulcrum/model/load_model.h"
 #include "fulcrum/model/model_presets.h"
 
 namespace fulcrum {
@@ -23,14 +22,6 @@ struct ModelOptions {
   std::vector<std::string> trainable;
   bool json = false;
 };
-
-// A preset name (or '+' combination), else a Hugging Face / open_clip config file.
-ModelSpec load_model(const std::string& name_or_file) {
-  if (name_or_file.find(".json") != std::string::npos || std::filesystem::exists(name_or_file)) {
-    return read_hf_config(name_or_file);
-  }
-  return model_preset(name_or_file);
-}
 
 // Runs of identical consecutive layers, so 45 equal blocks print as one line.
 struct LayerRun {

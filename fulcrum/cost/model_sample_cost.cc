@@ -1,0 +1,80 @@
+#include "fulcrum/cost/model_sample_cost.h"
+
+#include <fmt/format.h>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+
+double component_training_seconds(const ComponentSpec& c, const CostModel& cost, const TokenBatch& batch) {
+  double seconds = 0;
+  const size_t used = c.layers.size() - static_cast<size_t>(c.unused_final_layers);
+  for (size_t i = 0; i < used; ++i) {
+    for (Pass pass : {Pass::kForward, Pass::kBackwardInput, Pass::kBackwardWeight}) {
+      seconds += cost.layer_cost({&c.layers[i], pass, batch, {1, false}, c.trainable}).seconds;
+    }
+  }
+  return seconds;
+}
+
+namespace {
+
+constexpr int64_t kReferenceTokens = 4096;
+constexpr int64_t kReferenceImagePatches = 1024;
+
+}  // namespace
+
+ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost) {
+  const ComponentSpec* llm = nullptr;
+  bool dynamic = false, fixed = false;
+  for (const ComponentSpec& c : model.components) {
+    if (c.role == ComponentRole::kLlm) llm = &c;
+    if (c.role == ComponentRole::kEncoder) (c.tokens_per_item > 0 ? fixed : dynamic) = true;
+  }
+  if (!llm) throw InputError(fmt::format("model '{}' has no LLM to balance micro-batches for", model.name));
+  if (fixed && dynamic) {
+    throw InputError(fmt::format("model '{}' mixes tiled and dynamic-resolution encoders: one vision unit per "
+                                 "dataset", model.name));
+  }
+  vision_unit_ = dynamic ? VisionUnit::kPatchTokens : VisionUnit::kTiles;
+
+  // One vision unit through every encoder and the projector after it.
+  int64_t merge = 1;
+  for (const ComponentSpec& c : model.components) {
+    if (c.role == ComponentRole::kEncoder) {
+      merge = c.merge;
+      if (c.tokens_per_item > 0) {
+        const int64_t t = c.tokens_per_item;
+        per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t});
+      } else {
+        const int64_t t = kReferenceImagePatches;
+        per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t}) / static_cast<double>(t);
+      }
+    } else if (c.role == ComponentRole::kProjector) {
+      // A tile's tokens (or one patch token) after the encoder's merge.
+      const ComponentSpec* encoder = nullptr;
+      for (const ComponentSpec& e : model.components) {
+        if (e.role == ComponentRole::kEncoder) encoder = &e;
+        if (&e == &c) break;
+      }
+      const int64_t in = encoder && encoder->tokens_per_item > 0 ? encoder->tokens_per_item : kReferenceTokens;
+      const int64_t merged = std::max<int64_t>(1, in / std::max<int64_t>(1, merge));
+      const double seconds = component_training_seconds(c, cost, {1, merged, merged * merged});
+      per_vision_unit_ += encoder && encoder->tokens_per_item > 0 ? seconds : seconds / static_cast<double>(in);
+    }
+  }
+
+  // The LLM: linear part per token, then the attention part per t² from a second, longer sequence.
+  const int64_t t = kReferenceTokens;
+  const double linear = component_training_seconds(*llm, cost, {t, t, t});  // t one-token sequences: Σt² = t
+  const double with_attention = component_training_seconds(*llm, cost, {1, t, t * t});
+  per_llm_token_ = linear / static_cast<double>(t);
+  per_token_squared_ = std::max(0.0, (with_attention - linear) / static_cast<double>(t * t - t));
+}
+
+double ModelSampleCost::micro_batch_seconds(const MicroBatchLoad& load) const {
+  return per_vision_unit_ * static_cast<double>(load.vision) + per_llm_token_ * static_cast<double>(load.llm_tokens) +
+         per_token_squared_ * static_cast<double>(load.llm_tokens_squared);
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,44 @@
+#ifndef FULCRUM_COST_MODEL_SAMPLE_COST_H_
+#define FULCRUM_COST_MODEL_SAMPLE_COST_H_
+
+#include "fulcrum/core/dataset.h"
+#include "fulcrum/core/sample_cost.h"
+#include "fulcrum/cost/cost_model.h"
+#include "fulcrum/model/model_spec.h"
+
+namespace fulcrum {
+
+// The balancer's SampleCost for any model, from a CostModel. The balancer asks millions of times, so the cost
+// model is asked once, at construction, for the seconds (forward and both backward passes, unsharded) of:
+//   one vision unit  a tile through each encoder (its fixed sequence) and its merged tokens through the
+//                    projector; or, for dynamic-resolution encoders, one patch token
+//   one LLM token    the LLM's matmuls, per token of a 4,096-token reference micro-batch
+//   one t²           the LLM's attention, per squared sequence length
+// and a micro-batch's time is their sum weighted by its load, as FlopsSampleCost does with FLOPs. Only the
+// ratios matter for balance. A dynamic-resolution encoder's attention is charged per patch token at a
+// reference image of 1,024 patches.
+class ModelSampleCost : public SampleCost {
+ public:
+  ModelSampleCost(const ModelSpec& model, const CostModel& cost);
+  double micro_batch_seconds(const MicroBatchLoad& load) const override;
+
+  double seconds_per_vision_unit() const { return per_vision_unit_; }
+  double seconds_per_llm_token() const { return per_llm_token_; }
+  double seconds_per_token_squared() const { return per_token_squared_; }
+  // The unit the encoders count: tiles when each has a fixed sequence, patch tokens otherwise.
+  VisionUnit vision_unit() const { return vision_unit_; }
+
+ private:
+  double per_vision_unit_ = 0;
+  double per_llm_token_ = 0;
+  double per_token_squared_ = 0;
+  VisionUnit vision_unit_ = VisionUnit::kTiles;
+};
+
+// Seconds of a component's forward and both backward passes over `batch`, unsharded; layers the model does not
+// use are skipped and frozen ones have no weight gradient.
+double component_training_seconds(const ComponentSpec& component, const CostModel& cost, const TokenBatch& batch);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COST_MODEL_SAMPLE_COST_H_

@@ -1,0 +1,59 @@
+#include "fulcrum/cost/model_sample_cost.h"
+
+#include <gtest/gtest.h>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/cost/flops_sample_cost.h"
+#include "fulcrum/model/model_presets.h"
+
+namespace fulcrum {
+namespace {
+
+// A cost model whose every pass takes its FLOPs over 1 TFLOP/s: what ModelSampleCost derives from it can be
+// compared with FLOP counts directly.
+class FlopsOnlyCost : public CostModel {
+ public:
+  LayerCost layer_cost(const LayerWork& w) const override {
+    const double flops = layer_flops(*w.layer, w.pass, w.batch, w.trainable, w.recompute).total();
+    return {flops / 1e12, flops, {}};
+  }
+};
+
+TEST(ModelSampleCost, InternVlCoefficientsAreTheModelsFlops) {
+  const ModelSpec m = model_preset("internvl-chat-1.5");
+  const ModelSampleCost cost(m, FlopsOnlyCost());
+  EXPECT_EQ(cost.vision_unit(), VisionUnit::kTiles);
+  const FlopsCoefficients pinned;
+  // A tile: InternViT-6B on 1,025 tokens (3.58e13) and the projector on its 256 merged tokens (1.8e11).
+  EXPECT_NEAR(cost.seconds_per_vision_unit() * 1e12 / pinned.vit_tile_flops, 1.0, 0.01);
+  // A token: 6 × the LLM's matmul weights, 2.8% under the pinned 6 × all parameters (see LayerFlops).
+  EXPECT_NEAR(cost.seconds_per_llm_token() * 1e12, 1.157e11, 0.002e11);
+  EXPECT_NEAR(cost.seconds_per_token_squared() * 1e12, 12.0 * 6144 * 48, 1.0);
+  // The time of a micro-batch is the load-weighted sum.
+  MicroBatchLoad load;
+  load.add_packed(5, 811);
+  load.add_packed(1, 300);
+  EXPECT_DOUBLE_EQ(cost.micro_batch_seconds(load), 6 * cost.seconds_per_vision_unit() +
+                                                       1111 * cost.seconds_per_llm_token() +
+                                                       (811.0 * 811 + 300 * 300) * cost.seconds_per_token_squared());
+}
+
+TEST(ModelSampleCost, DynamicResolutionCountsPatchTokensAndFrozenLlmsCostLess) {
+  ModelSpec llava = model_preset("llava-1.5-7b");
+  const AnalyticCost a100(cluster_preset("a100"));
+  const ModelSampleCost trained(llava, a100);
+  llava.components[2].trainable = false;  // no weight gradients for the LLM
+  const ModelSampleCost frozen(llava, a100);
+  EXPECT_LT(frozen.seconds_per_llm_token(), trained.seconds_per_llm_token());
+  EXPECT_GT(frozen.seconds_per_llm_token(), 0.5 * trained.seconds_per_llm_token());
+  llava.components[0].tokens_per_item = 0;  // as a dynamic-resolution encoder
+  EXPECT_EQ(ModelSampleCost(llava, a100).vision_unit(), VisionUnit::kPatchTokens);
+}
+
+TEST(ModelSampleCost, NeedsAnLlm) {
+  EXPECT_THROW(ModelSampleCost(model_preset("vit-3b"), FlopsOnlyCost()), InputError);
+}
+
+}  // namespace
+}  // namespace fulcrum
