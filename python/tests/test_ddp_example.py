@@ -17,7 +17,7 @@ def torchrun(processes, *args, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
            str(REPO / "examples" / "ddp_train.py"), "--max-samples", str(SAMPLES), *args]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-20000:]
     return done.stdout
 
 

@@ -1,0 +1,192 @@
+#include "fulcrum/cost/profiled_cost.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+
+bool ProfileEntry::matches(const LayerSpec& l, const LayerWork& work) const {
+  if (kind != l.kind || hidden != l.hidden || pass != work.pass || tp != std::max(1, work.sharding.tp) ||
+      sequence_parallel != (work.sharding.sequence_parallel && tp > 1)) {
+    return false;
+  }
+  switch (kind) {
+    case LayerKind::kTransformerBlock:
+      return ffn == l.ffn && heads == l.heads && kv_heads == l.kv_heads && head_dim == l.head_dim && mlp == l.mlp &&
+             window_tokens == l.window_tokens;
+    case LayerKind::kTokenEmbedding:
+    case LayerKind::kLmHead:
+      return vocab == l.vocab;
+    case LayerKind::kPatchEmbedding:
+    case LayerKind::kProjector:
+      return in_features == l.in_features && ffn == l.ffn;
+    case LayerKind::kFinalNorm:
+      return true;
+  }
+  return false;
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+LayerKind kind_named(const std::string& name, const std::string& where) {
+  for (LayerKind k : {LayerKind::kPatchEmbedding, LayerKind::kTokenEmbedding, LayerKind::kTransformerBlock,
+                      LayerKind::kProjector, LayerKind::kFinalNorm, LayerKind::kLmHead}) {
+    if (layer_kind_name(k) == name) return k;
+  }
+  throw InputError(fmt::format("{}: unknown layer '{}'", where, name));
+}
+
+Pass pass_named(const std::string& name, const std::string& where) {
+  if (name == "forward") return Pass::kForward;
+  if (name == "backward_input") return Pass::kBackwardInput;
+  if (name == "backward_weight") return Pass::kBackwardWeight;
+  if (name == "recompute") return Pass::kRecompute;
+  throw InputError(fmt::format("{}: unknown pass '{}'", where, name));
+}
+
+int64_t size_or_zero(const json& e, const char* key, const std::string& where) {
+  if (!e.contains(key)) return 0;
+  if (!e[key].is_number_integer() || e[key].get<int64_t>() < 0 || e[key].get<int64_t>() > (int64_t{1} << 32)) {
+    throw InputError(fmt::format("{}: {} must be a non-negative integer", where, key));
+  }
+  return e[key].get<int64_t>();
+}
+
+std::vector<double> positive_numbers(const json& e, const char* key, const std::string& where) {
+  if (!e.contains(key) || !e[key].is_array() || e[key].empty()) {
+    throw InputError(fmt::format("{}: {} must be a non-empty array of numbers", where, key));
+  }
+  std::vector<double> out;
+  for (const json& v : e[key]) {
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
+      throw InputError(fmt::format("{}: {} must hold positive numbers", where, key));
+    }
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+}  // namespace
+
+ProfileTable parse_profile_table(std::string_view text, const std::string& file) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {
+    const std::string what = e.what();
+    throw InputError(fmt::format("{}: malformed JSON: {}", file, what.substr(what.find(']') + 2)));
+  }
+  if (!doc.is_object() || !doc.contains("fulcrum_profile")) {
+    throw InputError(fmt::format("{}: not a Fulcrum profile (no \"fulcrum_profile\" key)", file));
+  }
+  if (doc["fulcrum_profile"] != 1) {
+    throw InputError(fmt::format("{}: unsupported profile version {}", file, doc["fulcrum_profile"].dump()));
+  }
+  if (!doc.contains("entries") || !doc["entries"].is_array()) {
+    throw InputError(fmt::format("{}: entries must be an array", file));
+  }
+  ProfileTable table;
+  if (doc.contains("device")) {
+    if (!doc["device"].is_string()) throw InputError(fmt::format("{}: device must be a string", file));
+    table.device = doc["device"].get<std::string>();
+  }
+  size_t index = 0;
+  for (const json& e : doc["entries"]) {
+    const std::string where = fmt::format("{}: entry {}", file, index++);
+    if (!e.is_object()) throw InputError(fmt::format("{}: must be an object", where));
+    for (const char* key : {"layer", "pass"}) {
+      if (!e.contains(key) || !e[key].is_string()) throw InputError(fmt::format("{}: {} must be a string", where, key));
+    }
+    ProfileEntry entry;
+    entry.kind = kind_named(e["layer"].get<std::string>(), where);
+    entry.pass = pass_named(e["pass"].get<std::string>(), where);
+    entry.hidden = size_or_zero(e, "hidden", where);
+    entry.ffn = size_or_zero(e, "ffn", where);
+    entry.heads = size_or_zero(e, "heads", where);
+    entry.kv_heads = size_or_zero(e, "kv_heads", where);
+    entry.head_dim = size_or_zero(e, "head_dim", where);
+    entry.vocab = size_or_zero(e, "vocab", where);
+    entry.in_features = size_or_zero(e, "in_features", where);
+    entry.window_tokens = size_or_zero(e, "window_tokens", where);
+    const int64_t tp = size_or_zero(e, "tp", where);
+    entry.tp = tp > 0 ? static_cast<int>(std::min<int64_t>(tp, 1 << 20)) : 1;
+    if (e.contains("sequence_parallel")) {
+      if (!e["sequence_parallel"].is_boolean()) {
+        throw InputError(fmt::format("{}: sequence_parallel must be true or false", where));
+      }
+      entry.sequence_parallel = e["sequence_parallel"].get<bool>() && entry.tp > 1;
+    }
+    if (e.contains("mlp")) {
+      if (e["mlp"] == "gelu") {
+        entry.mlp = MlpKind::kGelu;
+      } else if (e["mlp"] == "swiglu") {
+        entry.mlp = MlpKind::kSwiGlu;
+      } else {
+        throw InputError(fmt::format("{}: mlp must be \"gelu\" or \"swiglu\"", where));
+      }
+    }
+    entry.tokens = positive_numbers(e, "tokens", where);
+    entry.seconds = positive_numbers(e, "seconds", where);
+    if (entry.tokens.size() != entry.seconds.size()) {
+      throw InputError(fmt::format("{}: tokens and seconds must have the same length", where));
+    }
+    for (size_t i = 1; i < entry.tokens.size(); ++i) {
+      if (!(entry.tokens[i] > entry.tokens[i - 1])) {
+        throw InputError(fmt::format("{}: tokens must increase", where));
+      }
+    }
+    table.entries.push_back(std::move(entry));
+  }
+  return table;
+}
+
+ProfiledCost::ProfiledCost(const CostModel& fallback, ProfileTable table)
+    : fallback_(fallback), table_(std::move(table)) {}
+
+LayerCost ProfiledCost::layer_cost(const LayerWork& work) const {
+  LayerCost cost = fallback_.layer_cost(work);
+  const ProfileEntry* entry = nullptr;
+  for (const ProfileEntry& e : table_.entries) {
+    if (e.matches(*work.layer, work)) {
+      entry = &e;
+      break;
+    }
+  }
+  if (!entry || cost.seconds <= 0) return cost;
+
+  // measured / fallback at each profiled token count, for one sequence of that length.
+  auto ratio_at = [&](size_t i) {
+    const int64_t t = std::llround(entry->tokens[i]);
+    LayerWork probe = work;
+    probe.batch = {1, t, t * t};
+    const double modelled = fallback_.layer_cost(probe).seconds;
+    return modelled > 0 ? entry->seconds[i] / modelled : 1.0;
+  };
+  const double tokens = static_cast<double>(work.batch.tokens);
+  double ratio;
+  if (entry->tokens.size() == 1 || tokens <= entry->tokens.front()) {
+    ratio = ratio_at(0);
+  } else if (tokens >= entry->tokens.back()) {
+    ratio = ratio_at(entry->tokens.size() - 1);
+  } else {
+    size_t hi = 1;
+    while (entry->tokens[hi] < tokens) ++hi;
+    const double lo_t = entry->tokens[hi - 1], hi_t = entry->tokens[hi];
+    const double w = (tokens - lo_t) / (hi_t - lo_t);
+    ratio = (1 - w) * ratio_at(hi - 1) + w * ratio_at(hi);
+  }
+  cost.seconds = 0;
+  for (Kernel& k : cost.kernels) {
+    k.seconds *= ratio;
+    cost.seconds += k.seconds;
+  }
+  return cost;
+}
+
+}  // namespace fulcrum

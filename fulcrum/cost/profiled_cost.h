@@ -1,0 +1,59 @@
+#ifndef FULCRUM_COST_PROFILED_COST_H_
+#define FULCRUM_COST_PROFILED_COST_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fulcrum/cost/cost_model.h"
+
+namespace fulcrum {
+
+// Measured times of layer passes: for a layer shape, a tensor-parallel degree and a pass, the seconds of one
+// sequence of each of several token counts. A profiler writes it; imports of torch.profiler traces and
+// nccl-tests output will feed it. Versioned JSON:
+//   {"fulcrum_profile": 1, "device": "h100", "entries": [
+//     {"layer": "transformer", "hidden": 4096, "ffn": 11008, "heads": 32, "kv_heads": 32, "head_dim": 128,
+//      "mlp": "swiglu", "window_tokens": 0, "tp": 1, "sequence_parallel": false, "pass": "forward",
+//      "tokens": [1024, 2048, 4096], "seconds": [0.0011, 0.0021, 0.0043]}]}
+// Passes: forward, backward_input, backward_weight, recompute. Non-transformer layers give only the keys that
+// shape them ("layer": "lm_head", "hidden", "vocab").
+struct ProfileEntry {
+  LayerKind kind = LayerKind::kTransformerBlock;
+  int64_t hidden = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, in_features = 0;
+  MlpKind mlp = MlpKind::kGelu;
+  int64_t window_tokens = 0;
+  int tp = 1;
+  bool sequence_parallel = false;
+  Pass pass = Pass::kForward;
+  std::vector<double> tokens;   // increasing
+  std::vector<double> seconds;  // measured, one per token count
+
+  bool matches(const LayerSpec& layer, const LayerWork& work) const;
+};
+
+struct ProfileTable {
+  std::string device;
+  std::vector<ProfileEntry> entries;
+};
+
+// Throws InputError naming `file` and the entry for malformed input.
+ProfileTable parse_profile_table(std::string_view text, const std::string& file);
+
+// A CostModel that trusts measurements where it has them. For a profiled layer pass, the fallback's time for
+// the same work is scaled by measured / fallback at the measured token counts (interpolated linearly in
+// tokens, held constant beyond the ends), so packing, recomputation and the kernel split keep the fallback's
+// shape while the total follows the measurements. Unprofiled work is the fallback's.
+class ProfiledCost : public CostModel {
+ public:
+  ProfiledCost(const CostModel& fallback, ProfileTable table);
+  LayerCost layer_cost(const LayerWork& work) const override;
+
+ private:
+  const CostModel& fallback_;
+  ProfileTable table_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COST_PROFILED_COST_H_

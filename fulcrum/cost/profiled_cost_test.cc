@@ -1,0 +1,75 @@
+#include "fulcrum/cost/profiled_cost.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/model/test_layers.h"
+
+namespace fulcrum {
+namespace {
+
+// A fallback whose every pass takes tokens × 1 µs, in one kernel: ratios are easy to read off.
+class MicrosecondPerToken : public CostModel {
+ public:
+  LayerCost layer_cost(const LayerWork& w) const override {
+    const double s = 1e-6 * static_cast<double>(w.batch.tokens);
+    return {s, 0, {Kernel{"all", Kernel::Kind::kCompute, 0, 0, 0, s}}};
+  }
+};
+
+const char* kProfile = R"({"fulcrum_profile": 1, "device": "h100", "entries": [
+  {"layer": "transformer", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "mlp": "swiglu",
+   "pass": "forward", "tokens": [1000, 3000], "seconds": [0.002, 0.009]}]})";
+
+TEST(ProfiledCost, ScalesTheFallbackByTheMeasuredRatioInterpolatedInTokens) {
+  const MicrosecondPerToken fallback;
+  const ProfiledCost cost(fallback, parse_profile_table(kProfile, "p.json"));
+  const LayerSpec block = tiny_gqa_swiglu_block();
+  // Measured at 1,000 tokens: 2 ms against 1 ms modelled (×2); at 3,000: 9 ms against 3 ms (×3).
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, {1, 1000, 1000000}, {1, false}}).seconds, 0.002);
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, {1, 3000, 9000000}, {1, false}}).seconds, 0.009);
+  // Half way: ×2.5 of the modelled 2 ms. Beyond the ends the ratio holds.
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, {2, 2000, 2000000}, {1, false}}).seconds, 0.005);
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, {1, 6000, 36000000}, {1, false}}).seconds, 0.018);
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, {1, 500, 250000}, {1, false}}).seconds, 0.001);
+  // Another pass, degree or shape is not profiled: the fallback's.
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kBackwardInput, {1, 1000, 1000000}, {1, false}}).seconds, 0.001);
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, {1, 1000, 1000000}, {2, false}}).seconds, 0.001);
+  LayerSpec wider = block;
+  wider.ffn = 32;
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&wider, Pass::kForward, {1, 1000, 1000000}, {1, false}}).seconds, 0.001);
+}
+
+TEST(ProfileTable, BadInputNamesFileAndEntry) {
+  const struct {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"{", "p.json: malformed JSON"},
+      {R"({"entries": []})", "p.json: not a Fulcrum profile"},
+      {R"({"fulcrum_profile": 2, "entries": []})", "p.json: unsupported profile version 2"},
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "conv", "pass": "forward"}]})", "p.json: entry 0: unknown layer 'conv'"},
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "sideways"}]})",
+       "p.json: entry 0: unknown pass 'sideways'"},
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "tokens": [2, 1],
+          "seconds": [1, 2]}]})", "p.json: entry 0: tokens must increase"},
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "tokens": [1],
+          "seconds": [1, 2]}]})", "p.json: entry 0: tokens and seconds must have the same length"},
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "tokens": [1],
+          "seconds": [-1]}]})", "p.json: entry 0: seconds must hold positive numbers"},
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "hidden": -8,
+          "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: hidden must be a non-negative integer"},
+  };
+  for (const auto& c : cases) {
+    try {
+      parse_profile_table(c.text, "p.json");
+      ADD_FAILURE() << "accepted " << c.text;
+    } catch (const InputError& e) {
+      EXPECT_THAT(e.what(), ::testing::StartsWith(c.message)) << c.text;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum
