@@ -1,7 +1,11 @@
 #include "fulcrum/cost/analytic_cost.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
+
+#include "fulcrum/core/error.h"
 
 namespace fulcrum {
 
@@ -83,15 +87,26 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
       add_collective("tp_all_reduce", all_reduce_bytes(activation, tp));
     }
   };
-  // A sharded matmul of `in`→`out` features over T tokens: weights, input and output traffic.
-  auto matmul = [&](const std::string& name, double in, double out_features) {
-    const double flops = 2 * t * in * out_features / tp;
-    const double bytes = kBytes * (in * out_features / tp + t * in + t * out_features / tp);
+  // A matmul of `in` features to `out_local` on this device over T tokens: weights, input and output traffic.
+  auto local_matmul = [&](const std::string& name, double in, double out_local) {
+    const double flops = 2 * t * in * out_local;
+    const double bytes = kBytes * (in * out_local + t * in + t * out_local);
     add_compute(name, flops, bytes, efficiency_.matmul);
+  };
+  // The same, sharded `tp` ways along its outputs (or, equivalently for the cost, its inputs).
+  auto matmul = [&](const std::string& name, double in, double out_features) {
+    local_matmul(name, in, out_features / tp);
   };
 
   switch (l.kind) {
     case LayerKind::kTransformerBlock: {
+      // Megatron-style tensor parallelism splits whole heads; a component whose heads it does not divide
+      // (InternViT-6B's 25) has to be replicated instead (tp 1).
+      if (l.heads % tp != 0 || (l.kv_heads % tp != 0 && tp % l.kv_heads != 0)) {
+        throw InputError(fmt::format("tensor parallelism {} does not divide the layer's {} heads ({} key/value "
+                                     "heads): use a degree that does, or replicate the component (tp 1)",
+                                     tp, l.heads, l.kv_heads));
+      }
       const double q = static_cast<double>(l.heads * l.head_dim);
       const double kv = static_cast<double>(l.kv_heads * l.head_dim);
       const double f = static_cast<double>(l.ffn);
@@ -104,7 +119,9 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
         break;
       }
       enter_region();
-      matmul("qkv", h, q + 2 * kv);
+      // With fewer key/value heads than devices, each device keeps whole (replicated) key/value heads.
+      const double kv_shards = static_cast<double>(std::min<int64_t>(tp, l.kv_heads));
+      local_matmul("qkv", h, q / tp + 2 * kv / kv_shards);
       if (full_pass) {
         add_compute("attention", attention_flops * (pass == Pass::kBackwardInput ? 2 : 1),
                     attention_bytes * (pass == Pass::kBackwardInput ? 2 : 1), efficiency_.attention);

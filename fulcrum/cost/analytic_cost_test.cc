@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include "fulcrum/core/error.h"
+#include "fulcrum/model/model_presets.h"
 #include "fulcrum/model/test_layers.h"
 
 namespace fulcrum {
@@ -94,6 +96,22 @@ TEST(AnalyticCost, BackwardPassesAndRecomputation) {
   EXPECT_EQ(selective.kernels[0].name, "attention");
   EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kRecompute, kOneSequence, {1, false}, true, Recompute::kFull}).flops,
                    layer_flops(block, Pass::kForward, kOneSequence).total());
+}
+
+TEST(AnalyticCost, TensorParallelismMustDivideTheHeads) {
+  const AnalyticCost cost = round_device();
+  const ModelSpec vit = model_preset("internvit-6b");  // 25 heads
+  const LayerSpec& block = vit.components[0].layers[1];
+  EXPECT_THROW(cost.layer_cost({&block, Pass::kForward, {1, 1025, 1025 * 1025}, {2, false}}), InputError);
+  EXPECT_NO_THROW(cost.layer_cost({&block, Pass::kForward, {1, 1025, 1025 * 1025}, {5, false}}));
+  EXPECT_NO_THROW(cost.layer_cost({&block, Pass::kForward, {1, 1025, 1025 * 1025}, {1, false}}));
+  // Grouped-query attention: 8 KV heads are replicated when tp exceeds them (tp 16 over 64 query heads).
+  const ModelSpec llama = model_preset("llama-70b");
+  const LayerSpec& gqa = llama.components[0].layers[1];
+  const LayerCost tp16 = cost.layer_cost({&gqa, Pass::kForward, {1, 4096, 4096 * 4096}, {16, false}});
+  // Each device: 64/16 query heads and one whole of the 8 KV heads (K and V of 128 each), over 8192 inputs.
+  EXPECT_DOUBLE_EQ(tp16.kernels.front().flops, 2.0 * 4096 * 8192 * (8192.0 / 16 + 2 * 1024.0 / 8));
+  EXPECT_THROW(cost.layer_cost({&gqa, Pass::kForward, {1, 4096, 4096 * 4096}, {3, false}}), InputError);
 }
 
 TEST(AnalyticCost, EfficiencyIsOneDocumentedSetPerDeviceKind) {
