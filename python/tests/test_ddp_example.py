@@ -13,7 +13,9 @@ SAMPLES = 600
 
 
 def torchrun(processes, *args, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    # One host: gloo talks over loopback.
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+               GLOO_SOCKET_IFNAME="lo")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
            str(REPO / "examples" / "ddp_train.py"), "--max-samples", str(SAMPLES), *args]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

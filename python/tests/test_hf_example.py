@@ -15,8 +15,9 @@ pytest.importorskip("transformers")
 
 
 def test_trainer_takes_each_ranks_planned_micro_batches(tmp_path):
-    # No network: nothing here may reach the Hugging Face hub.
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    # One host, gloo over loopback; no network: nothing here may reach the Hugging Face hub.
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+               GLOO_SOCKET_IFNAME="lo", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     report = tmp_path / "report"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            str(REPO / "examples" / "hf_trainer.py"), "--max-samples", "800", "--steps", "6",
