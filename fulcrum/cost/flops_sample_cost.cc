@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/json_document.h"
 
 namespace fulcrum {
 
@@ -26,14 +27,7 @@ double FlopsSampleCost::micro_batch_seconds(const MicroBatchLoad& load) const {
 }
 
 FlopsCoefficients parse_flops_coefficients(std::string_view text, const std::string& file) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
-    throw InputError(fmt::format("{}: malformed JSON ({})", file, e.what()));
-  }
+  const nlohmann::json json = parse_json_document(text, file);
   if (!json.is_object()) throw InputError(fmt::format("{}: expected a JSON object of coefficients", file));
   FlopsCoefficients c;
   const std::pair<const char*, double*> fields[] = {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/json_document.h"
 
 namespace fulcrum {
 
@@ -75,13 +76,7 @@ std::vector<double> positive_numbers(const json& e, const char* key, const std::
 }  // namespace
 
 ProfileTable parse_profile_table(std::string_view text, const std::string& file) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    const std::string what = e.what();
-    throw InputError(fmt::format("{}: malformed JSON: {}", file, what.substr(what.find(']') + 2)));
-  }
+  const json doc = parse_json_document(text, file);
   if (!doc.is_object() || !doc.contains("fulcrum_profile")) {
     throw InputError(fmt::format("{}: not a Fulcrum profile (no \"fulcrum_profile\" key)", file));
   }

@@ -9,6 +9,7 @@
 #include <ostream>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/json_document.h"
 #include "fulcrum/data/length_file.h"
 
 namespace fulcrum {
@@ -55,14 +56,7 @@ void append_source(LoadedData& loaded, const MetaEntry& entry, const std::string
 }  // namespace
 
 std::vector<MetaEntry> parse_meta_index(std::string_view text, const std::string& file) {
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
-    throw InputError(fmt::format("{}: malformed JSON ({})", file, e.what()));
-  }
+  const nlohmann::json index = parse_json_document(text, file);
   if (!index.is_object()) throw InputError(fmt::format("{}: a meta index must be a JSON object", file));
   std::vector<MetaEntry> entries;
   for (const auto& item : index.items()) {

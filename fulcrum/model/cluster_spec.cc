@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/json_document.h"
 
 namespace fulcrum {
 namespace {
@@ -133,13 +134,7 @@ void read_device(const json& d, DeviceSpec& device, const std::string& where) {
 }  // namespace
 
 ClusterSpec cluster_from_json(std::string_view text, const std::string& file) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    const std::string what = e.what();
-    throw InputError(fmt::format("{}: malformed JSON: {}", file, what.substr(what.find(']') + 2)));
-  }
+  const json doc = parse_json_document(text, file);
   if (!doc.is_object()) throw InputError(fmt::format("{}: a cluster is a JSON object", file));
   try {
     ClusterSpec cluster;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/json_document.h"
 #include "fulcrum/model/model_builders.h"
 
 namespace fulcrum {
@@ -164,13 +165,13 @@ std::string llm_type(const Keys& k) {
 }
 
 // InternViT (InternVisionConfig's defaults are the 6B tower's, with RMSNorm).
-ComponentSpec internvit_from(const Keys& k, const std::string& name, std::optional<int64_t> image_pixels) {
+ComponentSpec internvit_from(const Keys& k, const std::string& name, int64_t image_pixels) {
   VitShape s;
   s.layers = k.layers("num_hidden_layers", 48);
   s.hidden = k.size("hidden_size", 3200);
   s.heads = k.size("num_attention_heads", 25);
   s.ffn = k.size("intermediate_size", 12800);
-  s.image_pixels = image_pixels ? *image_pixels : k.size("image_size", 224);
+  s.image_pixels = image_pixels > 0 ? image_pixels : k.size("image_size", 224);
   s.patch_pixels = k.size("patch_size", 14);
   s.channels = k.size("num_channels", 3, 64);
   s.norm = norm_named(k, "norm_type", NormKind::kRmsNorm);
@@ -262,9 +263,8 @@ ModelSpec from_config(const Keys& root, const std::string& name) {
   if (type == "internvl_chat") {
     const Keys v = root.child("vision_config");
     const Keys l = root.child("llm_config");
-    const std::optional<int64_t> image = root.has("force_image_size")
-                                             ? std::optional<int64_t>(root.size("force_image_size"))
-                                             : std::nullopt;
+    // InternVL resizes tiles to force_image_size when it is given (0: the tower's own image_size).
+    const int64_t image = root.has("force_image_size") ? root.size("force_image_size") : 0;
     ComponentSpec vision = internvit_from(v, "vision", image);
     const double ratio = root.number("downsample_ratio", 0.5);
     if (ratio > 1 || ratio < 1.0 / 64) root.fail("downsample_ratio", "must be between 1/64 and 1");
@@ -301,7 +301,7 @@ ModelSpec from_config(const Keys& root, const std::string& name) {
     add_qwen_vision(m, root.child("vision_config"), type == "qwen2_5_vl", llm.layers[0].hidden);
     m.components.push_back(std::move(llm));
   } else if (type == "intern_vit_6b") {
-    m.components.push_back(internvit_from(root, "vision", std::nullopt));
+    m.components.push_back(internvit_from(root, "vision", 0));
   } else if (type == "clip_vision_model") {
     m.components.push_back(clip_from(root, "vision"));
   } else if (type.empty()) {
@@ -315,14 +315,7 @@ ModelSpec from_config(const Keys& root, const std::string& name) {
 }  // namespace
 
 ModelSpec model_from_hf_config(std::string_view text, const std::string& file) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    // nlohmann's message holds the byte position of the error.
-    std::string what = e.what();
-    throw InputError(fmt::format("{}: malformed JSON: {}", file, what.substr(what.find(']') + 2)));
-  }
+  const json doc = parse_json_document(text, file);
   std::string name = file;
   const size_t slash = name.find_last_of('/');
   if (slash != std::string::npos) name = name.substr(slash + 1);
