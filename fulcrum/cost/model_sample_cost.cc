@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "fulcrum/core/error.h"
 
 namespace fulcrum {
@@ -39,10 +41,10 @@ ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost) 
   vision_unit_ = dynamic ? VisionUnit::kPatchTokens : VisionUnit::kTiles;
 
   // One vision unit through every encoder and the projector after it.
-  int64_t merge = 1;
+  const ComponentSpec* encoder = nullptr;  // the latest encoder: what the next projector receives
   for (const ComponentSpec& c : model.components) {
     if (c.role == ComponentRole::kEncoder) {
-      merge = c.merge;
+      encoder = &c;
       if (c.tokens_per_item > 0) {
         const int64_t t = c.tokens_per_item;
         per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t});
@@ -51,16 +53,12 @@ ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost) 
         per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t}) / static_cast<double>(t);
       }
     } else if (c.role == ComponentRole::kProjector) {
-      // A tile's tokens (or one patch token) after the encoder's merge.
-      const ComponentSpec* encoder = nullptr;
-      for (const ComponentSpec& e : model.components) {
-        if (e.role == ComponentRole::kEncoder) encoder = &e;
-        if (&e == &c) break;
-      }
-      const int64_t in = encoder && encoder->tokens_per_item > 0 ? encoder->tokens_per_item : kReferenceTokens;
-      const int64_t merged = std::max<int64_t>(1, in / std::max<int64_t>(1, merge));
+      // A tile's tokens (or, per patch token, a reference sequence) after the encoder's merge.
+      const bool tiled = encoder && encoder->tokens_per_item > 0;
+      const int64_t in = tiled ? encoder->tokens_per_item : kReferenceTokens;
+      const int64_t merged = std::max<int64_t>(1, in / std::max<int64_t>(1, encoder ? encoder->merge : 1));
       const double seconds = component_training_seconds(c, cost, {1, merged, merged * merged});
-      per_vision_unit_ += encoder && encoder->tokens_per_item > 0 ? seconds : seconds / static_cast<double>(in);
+      per_vision_unit_ += tiled ? seconds : seconds / static_cast<double>(in);
     }
   }
 
