@@ -1,0 +1,69 @@
+#include "fulcrum/cost/collective_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fulcrum {
+
+double ring_all_reduce_seconds(double bytes, int64_t n, double bytes_per_second, double alpha_seconds) {
+  if (n <= 1) return 0;
+  const double steps = static_cast<double>(n - 1);
+  return 2 * steps / static_cast<double>(n) * bytes / bytes_per_second + 2 * steps * alpha_seconds;
+}
+
+double ring_reduce_scatter_seconds(double bytes, int64_t n, double bytes_per_second, double alpha_seconds) {
+  if (n <= 1) return 0;
+  const double steps = static_cast<double>(n - 1);
+  return steps / static_cast<double>(n) * bytes / bytes_per_second + steps * alpha_seconds;
+}
+
+double tree_all_reduce_seconds(double bytes, int64_t n, double bytes_per_second, double alpha_seconds) {
+  if (n <= 1) return 0;
+  const double depth = std::ceil(std::log2(static_cast<double>(n)));
+  return 2 * bytes / bytes_per_second + 2 * depth * alpha_seconds;
+}
+
+namespace {
+
+// Does a set of devices `stride` apart, `members` of them, fit in one node?
+bool within_node(const ClusterSpec& cluster, int64_t members, int64_t stride) {
+  const int64_t per_node = std::max(1, cluster.device.devices_per_node);
+  return (members - 1) * stride < per_node && per_node % stride == 0;
+}
+
+double link_bytes_per_second(const ClusterSpec& cluster, const DeviceEfficiency& efficiency, bool intra) {
+  // NVLink's quoted rate counts both directions; rings and point-to-point transfers send one way.
+  const double link = intra ? cluster.device.intra_node_bytes_per_second / 2 : cluster.device.inter_node_bytes_per_second;
+  return link * efficiency.link;
+}
+
+}  // namespace
+
+double group_bytes_per_second(const ClusterSpec& cluster, const DeviceEfficiency& efficiency,
+                              const DeviceGroupShape& group) {
+  return link_bytes_per_second(cluster, efficiency, within_node(cluster, group.members, group.stride));
+}
+
+double collective_seconds(CollectiveOp op, double bytes, const ClusterSpec& cluster,
+                          const DeviceEfficiency& efficiency, const DeviceGroupShape& group) {
+  const double rate = group_bytes_per_second(cluster, efficiency, group);
+  const double alpha = efficiency.collective_latency_seconds;
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return std::min(ring_all_reduce_seconds(bytes, group.members, rate, alpha),
+                      tree_all_reduce_seconds(bytes, group.members, rate, alpha));
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllGather:
+      return ring_reduce_scatter_seconds(bytes, group.members, rate, alpha);
+  }
+  return 0;
+}
+
+double p2p_seconds(double bytes, const ClusterSpec& cluster, const DeviceEfficiency& efficiency, int64_t distance) {
+  if (bytes <= 0) return 0;
+  const int64_t per_node = std::max(1, cluster.device.devices_per_node);
+  const bool intra = distance < per_node;  // most pairs that close share a node
+  return efficiency.collective_latency_seconds + bytes / link_bytes_per_second(cluster, efficiency, intra);
+}
+
+}  // namespace fulcrum

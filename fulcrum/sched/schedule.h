@@ -1,0 +1,130 @@
+#ifndef FULCRUM_SCHED_SCHEDULE_H_
+#define FULCRUM_SCHED_SCHEDULE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fulcrum/cost/layer_flops.h"
+#include "fulcrum/cost/training_state_memory.h"
+
+namespace fulcrum {
+
+// What one training iteration runs, as order and dependencies, never timestamps: the contract between the
+// planners that write it and the simulator and runtime that execute it.
+//
+// SPMD: one program per pipeline rank. The `tp` devices of a tensor-parallel group run the same program, and
+// the `dp` data-parallel replicas of the pipeline run it too, each on its own micro-batches (bound from a
+// BatchPlan when the schedule is executed). So a schedule for 16,384 devices holds `pp` programs.
+//
+// The model's layers (ModelSpec's components in order, their layers in order, flattened) are cut into
+// `pp × vpp` virtual stages of consecutive layers. Virtual stage s runs on pipeline rank s % pp as that rank's
+// model chunk s / pp (Megatron's interleaving; vpp 1 is a plain pipeline). Instructions name virtual stages.
+
+// How the devices are divided, and what every replica keeps.
+struct ParallelLayout {
+  int dp = 1;    // data-parallel replicas of the pipeline
+  int tp = 1;    // tensor parallelism inside each stage
+  int pp = 1;    // pipeline ranks
+  int vpp = 1;   // model chunks per pipeline rank (interleaving)
+  // Tensor parallelism of the encoders and projectors; 0 = tp. 1 replicates them on every tensor rank, for
+  // encoders whose heads tp does not divide (InternViT-6B's 25).
+  int encoder_tp = 0;
+  bool sequence_parallel = false;
+  StateSharding state_sharding = StateSharding::kMegatronDistributedOptimizer;
+
+  int64_t devices() const { return static_cast<int64_t>(dp) * tp * pp; }
+  int stages() const { return pp * vpp; }
+  int component_tp(bool encoder_side) const { return encoder_side && encoder_tp > 0 ? encoder_tp : tp; }
+  int rank_of_stage(int stage) const { return stage % pp; }
+  int chunk_of_stage(int stage) const { return stage / pp; }
+};
+
+// The layers a virtual stage holds: [first_layer, end_layer) of the flattened model.
+struct StageLayers {
+  int32_t first_layer = 0;
+  int32_t end_layer = 0;
+  int32_t layers() const { return end_layer - first_layer; }
+};
+
+enum class OpKind : uint8_t {
+  kForward,         // a stage's forward over one micro-batch
+  kBackward,        // its whole backward (input and weight gradients)
+  kBackwardInput,   // the input-gradient half: what the previous stage waits for
+  kBackwardWeight,  // the weight-gradient half: may be deferred (zero-bubble schedules)
+  kSend,            // an activation or gradient to the peer stage on another rank; does not block compute
+  kRecv,            // waits for the matching send's data
+  kCollective,      // a collective of the stage's parameters or gradients over a device group
+  kEncoderKernels,  // kernels [kernel_begin, kernel_end) of one encoder layer's pass, placed in a bubble
+  kWaveBoundary,    // every rank finishes wave `wave` before any starts the next
+  kAllocate,        // a buffer of `bytes` held from here ...
+  kFree,            // ... to here (buffer named by `buffer`)
+};
+std::string_view op_kind_name(OpKind kind);
+
+enum class Payload : uint8_t { kActivation, kGradient };
+std::string_view payload_name(Payload payload);
+
+enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather };
+std::string_view collective_kind_name(CollectiveKind kind);
+
+// Who takes part in a collective: the stage's data-parallel replicas (gradients, sharded parameters).
+enum class DeviceGroup : uint8_t { kData };
+std::string_view device_group_name(DeviceGroup group);
+
+// What a collective moves: the stage's gradients (after its last backward) or its parameters (before use).
+enum class CollectiveTensor : uint8_t { kGradients, kParameters };
+std::string_view collective_tensor_name(CollectiveTensor tensor);
+
+// One step of a program. Fields a kind does not use keep their defaults (-1, 0).
+struct Instruction {
+  OpKind op = OpKind::kForward;
+  int32_t stage = -1;        // the virtual stage this belongs to (a stage of this rank)
+  int32_t micro_batch = -1;  // compute, send, recv, encoder kernels; -1 for whole-stage collectives
+  // kSend: the stage receiving; kRecv: the stage sending.
+  int32_t peer_stage = -1;
+  Payload payload = Payload::kActivation;
+  CollectiveKind collective = CollectiveKind::kAllReduce;
+  DeviceGroup group = DeviceGroup::kData;
+  CollectiveTensor tensor = CollectiveTensor::kGradients;
+  // kEncoderKernels: a flattened layer index, the pass, and a range of that layer's kernels.
+  int32_t layer = -1;
+  Pass pass = Pass::kForward;
+  int32_t kernel_begin = 0;
+  int32_t kernel_end = 0;
+  int32_t wave = -1;    // kWaveBoundary
+  int32_t buffer = -1;  // kAllocate, kFree
+  int64_t bytes = 0;    // kAllocate
+};
+
+bool is_compute(OpKind kind);
+
+struct Program {
+  std::vector<Instruction> instructions;
+};
+
+// The pipeline schedules the generators write.
+enum class PipelineKind : uint8_t { kGpipe, kOneFOneB, kInterleaved, kZeroBubbleH1, kCustom };
+std::string_view pipeline_kind_name(PipelineKind kind);
+// "gpipe", "1f1b", "interleaved", "zb-h1"; InputError otherwise.
+PipelineKind parse_pipeline_kind(std::string_view name);
+
+struct Schedule {
+  PipelineKind kind = PipelineKind::kCustom;
+  ParallelLayout layout;
+  int micro_batches = 0;           // per pipeline (per data-parallel replica) per iteration
+  int64_t model_layers = 0;        // layers of the flattened model the stages cover
+  std::vector<StageLayers> stages;     // layout.stages() entries, in order
+  std::vector<Recompute> recompute;    // per flattened layer
+  std::vector<Program> programs;       // layout.pp entries, one per pipeline rank
+
+  // Instructions over all programs.
+  int64_t instruction_count() const;
+  // The stage holding flattened layer `layer`, or -1.
+  int stage_of_layer(int64_t layer) const;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SCHED_SCHEDULE_H_

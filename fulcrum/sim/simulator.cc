@@ -1,0 +1,813 @@
+#include "fulcrum/sim/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/activation_memory.h"
+#include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/cost/training_state_memory.h"
+
+namespace fulcrum {
+
+MicroBatchLoads uniform_loads(int micro_batches, int64_t sequences, int64_t tokens, int64_t images) {
+  MicroBatchLoad load;
+  load.sequences = sequences;
+  load.llm_tokens = sequences * tokens;
+  load.llm_tokens_squared = sequences * tokens * tokens;
+  load.vision = sequences * images;
+  return {{std::vector<MicroBatchLoad>(static_cast<size_t>(std::max(0, micro_batches)), load)}};
+}
+
+namespace {
+
+constexpr double kActivationBytes = 2;  // 16-bit activations between stages
+constexpr double kLogitBytes = 4;       // fp32 logits kept for the loss
+// Adam over fp32 state, per parameter of the shard: read master weight, gradient, momentum and variance (16
+// bytes), write master, momentum, variance (12) and the 16-bit weight (2).
+constexpr double kOptimizerBytesPerParameter = 30;
+
+bool same_shape(const LayerSpec& a, const LayerSpec& b) {
+  return a.kind == b.kind && a.hidden == b.hidden && a.ffn == b.ffn && a.heads == b.heads &&
+         a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.mlp == b.mlp && a.norm == b.norm &&
+         a.qkv_bias == b.qkv_bias && a.linear_bias == b.linear_bias && a.layer_scale == b.layer_scale &&
+         a.qk_norm == b.qk_norm && a.window_tokens == b.window_tokens && a.vocab == b.vocab &&
+         a.tied_to_embedding == b.tied_to_embedding && a.in_features == b.in_features &&
+         a.projector_linears == b.projector_linears && a.positions == b.positions &&
+         a.class_token == b.class_token && a.patch_bias == b.patch_bias;
+}
+
+// Layers of equal shape in one component cost the same: their costs are computed once per micro-batch.
+struct LayerClass {
+  const LayerSpec* layer = nullptr;
+  int component = 0;
+};
+
+// Seconds of a pass split into kernels on the compute stream and layer collectives.
+struct PassSeconds {
+  double compute = 0;
+  double comm = 0;
+  double total() const { return compute + comm; }
+  PassSeconds& operator+=(const PassSeconds& o) {
+    compute += o.compute;
+    comm += o.comm;
+    return *this;
+  }
+};
+PassSeconds scaled(const PassSeconds& p, double k) { return {p.compute * k, p.comm * k}; }
+
+// What one layer class costs for one micro-batch.
+struct ClassCost {
+  PassSeconds forward, backward_input, backward_weight, recompute_selective, recompute_full;
+  double activation_bytes[3] = {0, 0, 0};  // by Recompute
+  double model_flops = 0;
+  double recompute_flops[3] = {0, 0, 0};
+};
+
+struct StageEntry {
+  int cls = 0;
+  Recompute recompute = Recompute::kNone;
+  int64_t count = 0;
+};
+
+struct StageInfo {
+  std::vector<StageEntry> entries;  // layers that run
+  double state_bytes = 0;           // parameters, gradients, optimizer state on one device
+  double gradient_bytes = 0;        // what the gradient collective moves (whole stage, one device's share)
+  double parameter_bytes = 0;       // what a parameter all-gather assembles
+  double optimizer_seconds = 0;
+  // The activation sent to the next stage: the width of the stage's last layer, on encoder or LLM tokens.
+  int64_t boundary_width = 0;
+  int boundary_component = 0;
+};
+
+struct Device {
+  size_t pc = 0;
+  double compute_free = 0;
+  double p2p_free = 0;
+  double coll_free = 0;
+  double ready = 0;               // when the inputs received for the next compute are there
+  bool any_compute = false;
+  int forwards_done = 0;
+  int forwards_total = 0;
+  double last_pass_end = 0;
+  double grads_ready = 0;         // end of the last gradient collective
+  int64_t collectives_seen = 0;
+  size_t waves_crossed = 0;
+  bool at_wave = false;
+  bool waiting = false;
+  double activation_bytes = 0;
+  double peak_bytes = 0;
+  std::vector<std::deque<int64_t>> pending_gathers;  // per stage of the rank: collective indices not yet used
+  TimeBreakdown time;
+};
+
+struct CollectiveState {
+  int arrived = 0;
+  double ready = 0;
+  bool resolved = false;
+  double end = 0;
+};
+
+class Simulator {
+ public:
+  Simulator(const Schedule& s, const ModelSpec& model, const ClusterSpec& cluster, const CostModel& cost,
+            const DeviceEfficiency& efficiency, const MicroBatchLoads& loads, const SimOptions& options)
+      : s_(s), model_(model), cluster_(cluster), cost_(cost), eff_(efficiency), loads_(loads), options_(options) {}
+
+  SimResult run() {
+    check_inputs();
+    build_layers();
+    build_stages();
+    execute();
+    return finish();
+  }
+
+ private:
+  const Schedule& s_;
+  const ModelSpec& model_;
+  const ClusterSpec& cluster_;
+  const CostModel& cost_;
+  const DeviceEfficiency& eff_;
+  const MicroBatchLoads& loads_;
+  const SimOptions& options_;
+
+  int replicas_ = 1;
+  int pp_ = 1;
+  std::vector<int> layer_class_;       // per flattened layer, -1 for layers the model does not use
+  std::vector<int> layer_component_;   // per flattened layer
+  std::vector<LayerClass> classes_;
+  std::vector<StageInfo> stages_;
+  std::map<std::pair<int64_t, int>, ClassCost> class_costs_;  // (load index, class) → cost
+  std::vector<Device> devices_;
+  std::vector<std::vector<double>> arrivals_;  // per replica: (payload, sending stage, micro-batch) → seconds
+  std::vector<std::vector<CollectiveState>> collectives_;  // per rank: its k-th collective
+  std::vector<std::vector<int64_t>> collective_index_;     // per rank: instruction → collective number
+  int64_t events_ = 0;
+  std::vector<std::vector<TimelineEvent>> timeline_;     // per device
+  std::vector<std::vector<MemorySample>> memory_;        // per device
+  double model_flops_ = 0;
+  double hardware_flops_ = 0;
+
+  template <typename... Args>
+  [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) const {
+    throw InputError(fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  void check_inputs() {
+    const ParallelLayout& l = s_.layout;
+    pp_ = l.pp;
+    const size_t n = loads_.per_replica.size();
+    if (n != 1 && n != static_cast<size_t>(l.dp)) {
+      fail("micro-batch loads for {} data-parallel replicas, but the schedule has dp {}", n, l.dp);
+    }
+    replicas_ = static_cast<int>(n);
+    for (size_t d = 0; d < n; ++d) {
+      if (loads_.per_replica[d].size() != static_cast<size_t>(s_.micro_batches)) {
+        fail("replica {} has {} micro-batches, but the schedule runs {}", d, loads_.per_replica[d].size(),
+             s_.micro_batches);
+      }
+    }
+    int64_t layers = 0;
+    for (const ComponentSpec& c : model_.components) layers += static_cast<int64_t>(c.layers.size());
+    if (layers != s_.model_layers) {
+      fail("the schedule covers {} layers but model '{}' has {}", s_.model_layers, model_.name, layers);
+    }
+    if (l.encoder_tp < 0 || (l.encoder_tp > 0 && l.tp % l.encoder_tp != 0)) {
+      fail("encoder tensor parallelism {} must divide tp {}", l.encoder_tp, l.tp);
+    }
+  }
+
+  bool encoder_side(int component) const { return model_.components[component].role != ComponentRole::kLlm; }
+
+  TensorSharding sharding(int component) const {
+    TensorSharding t;
+    t.tp = s_.layout.component_tp(encoder_side(component));
+    t.sequence_parallel = s_.layout.sequence_parallel && t.tp > 1;
+    return t;
+  }
+
+  void build_layers() {
+    for (int c = 0; c < static_cast<int>(model_.components.size()); ++c) {
+      const ComponentSpec& comp = model_.components[c];
+      const size_t used = comp.layers.size() - static_cast<size_t>(comp.unused_final_layers);
+      for (size_t i = 0; i < comp.layers.size(); ++i) {
+        layer_component_.push_back(c);
+        if (i >= used) {
+          layer_class_.push_back(-1);
+          continue;
+        }
+        int found = -1;
+        for (size_t k = 0; k < classes_.size(); ++k) {
+          if (classes_[k].component == c && same_shape(*classes_[k].layer, comp.layers[i])) {
+            found = static_cast<int>(k);
+            break;
+          }
+        }
+        if (found < 0) {
+          found = static_cast<int>(classes_.size());
+          classes_.push_back({&comp.layers[i], c});
+        }
+        layer_class_.push_back(found);
+      }
+    }
+  }
+
+  void build_stages() {
+    const ParallelLayout& l = s_.layout;
+    stages_.resize(s_.stages.size());
+    for (size_t st = 0; st < s_.stages.size(); ++st) {
+      StageInfo& info = stages_[st];
+      std::map<int, int64_t> params_by_component;
+      for (int32_t layer = s_.stages[st].first_layer; layer < s_.stages[st].end_layer; ++layer) {
+        const int c = layer_component_[layer];
+        const int cls = layer_class_[layer];
+        const LayerSpec& spec = model_.components[c].layers[layer - first_layer_of(c)];
+        params_by_component[c] += spec.parameters();
+        if (cls < 0) continue;
+        const Recompute rc = s_.recompute[layer];
+        if (!info.entries.empty() && info.entries.back().cls == cls && info.entries.back().recompute == rc) {
+          ++info.entries.back().count;
+        } else {
+          info.entries.push_back({cls, rc, 1});
+        }
+        info.boundary_component = c;
+        info.boundary_width = spec.hidden;
+      }
+      for (const auto& [c, params] : params_by_component) {
+        const ComponentSpec& comp = model_.components[c];
+        const int64_t per_device = params / sharding(c).tp;
+        const TrainingStateBytes state = training_state_bytes(per_device, l.dp, l.state_sharding, comp.trainable);
+        info.state_bytes += state.total();
+        info.parameter_bytes += 2.0 * static_cast<double>(per_device);
+        if (comp.trainable) {
+          const double gradient_element =
+              l.state_sharding == StateSharding::kMegatronDistributedOptimizer ? 4 : 2;
+          info.gradient_bytes += gradient_element * static_cast<double>(per_device);
+          const bool sharded = l.state_sharding != StateSharding::kZero0;
+          const double shard = sharded ? static_cast<double>(per_device) / l.dp : static_cast<double>(per_device);
+          info.optimizer_seconds +=
+              kOptimizerBytesPerParameter * shard / (cluster_.device.memory_bytes_per_second * eff_.memory);
+        }
+      }
+      if (l.state_sharding == StateSharding::kZero3) {
+        // The gathered parameters of the stage in use and of the one prefetched.
+        info.state_bytes += 2 * info.parameter_bytes;
+      }
+    }
+  }
+
+  int64_t first_layer_of(int component) const {
+    int64_t first = 0;
+    for (int c = 0; c < component; ++c) first += static_cast<int64_t>(model_.components[c].layers.size());
+    return first;
+  }
+
+  const MicroBatchLoad& load(int replica, int micro_batch) const {
+    return loads_.per_replica[replicas_ == 1 ? 0 : replica][micro_batch];
+  }
+  int64_t load_index(int replica, int micro_batch) const {
+    return static_cast<int64_t>(replicas_ == 1 ? 0 : replica) * s_.micro_batches + micro_batch;
+  }
+
+  // The tokens a component processes for a micro-batch.
+  TokenBatch batch_for(int component, const MicroBatchLoad& mb) const {
+    const ComponentSpec& c = model_.components[component];
+    const ComponentSpec* encoder = nullptr;  // for a projector: the encoder before it
+    for (int k = component; k >= 0; --k) {
+      if (model_.components[k].role == ComponentRole::kEncoder) {
+        encoder = &model_.components[k];
+        break;
+      }
+    }
+    if (c.role == ComponentRole::kLlm) return {mb.sequences, mb.llm_tokens, mb.llm_tokens_squared};
+    if (!encoder || mb.vision <= 0) return {};
+    const int64_t merge = c.role == ComponentRole::kProjector ? std::max<int64_t>(1, encoder->merge) : 1;
+    if (encoder->tokens_per_item > 0) {
+      const int64_t t = std::max<int64_t>(1, encoder->tokens_per_item / merge);
+      return {mb.vision, mb.vision * t, mb.vision * t * t};
+    }
+    // Dynamic resolution: one image per sample, its patch tokens.
+    const int64_t tokens = std::max<int64_t>(1, mb.vision / merge);
+    const int64_t sequences = std::max<int64_t>(1, mb.sequences);
+    return {sequences, tokens, tokens * tokens / sequences};
+  }
+
+  PassSeconds pass_seconds(const LayerWork& work) const {
+    PassSeconds out;
+    const LayerCost lc = cost_.layer_cost(work);
+    if (lc.kernels.empty()) {
+      out.compute = lc.seconds;
+      return out;
+    }
+    for (const Kernel& k : lc.kernels) (k.kind == Kernel::Kind::kCompute ? out.compute : out.comm) += k.seconds;
+    return out;
+  }
+
+  const ClassCost& class_cost(int replica, int micro_batch, int cls) {
+    const auto key = std::make_pair(load_index(replica, micro_batch), cls);
+    auto it = class_costs_.find(key);
+    if (it != class_costs_.end()) return it->second;
+    ClassCost cc;
+    const LayerClass& lc = classes_[cls];
+    const ComponentSpec& comp = model_.components[lc.component];
+    const TokenBatch batch = batch_for(lc.component, load(replica, micro_batch));
+    if (batch.tokens > 0) {
+      LayerWork w;
+      w.layer = lc.layer;
+      w.batch = batch;
+      w.sharding = sharding(lc.component);
+      w.trainable = comp.trainable;
+      w.pass = Pass::kForward;
+      cc.forward = pass_seconds(w);
+      w.pass = Pass::kBackwardInput;
+      cc.backward_input = pass_seconds(w);
+      w.pass = Pass::kBackwardWeight;
+      cc.backward_weight = pass_seconds(w);
+      w.pass = Pass::kRecompute;
+      w.recompute = Recompute::kSelective;
+      cc.recompute_selective = pass_seconds(w);
+      w.recompute = Recompute::kFull;
+      cc.recompute_full = pass_seconds(w);
+      for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+        const int i = static_cast<int>(r);
+        cc.activation_bytes[i] = activation_bytes(*lc.layer, batch, w.sharding, r, options_.dropout);
+        cc.recompute_flops[i] = r == Recompute::kNone ? 0 : layer_flops(*lc.layer, Pass::kRecompute, batch, comp.trainable, r).total();
+      }
+      if (lc.layer->kind == LayerKind::kLmHead) {
+        cc.activation_bytes[0] = cc.activation_bytes[1] = cc.activation_bytes[2] =
+            kLogitBytes * static_cast<double>(batch.tokens) * static_cast<double>(lc.layer->vocab) / w.sharding.tp;
+      }
+      cc.model_flops = model_flops(*lc.layer, batch, comp.trainable);
+    }
+    return class_costs_.emplace(key, cc).first->second;
+  }
+
+  // Seconds of a compute instruction of `stage` for a replica's micro-batch.
+  PassSeconds op_seconds(OpKind op, int stage, int replica, int micro_batch) {
+    PassSeconds out;
+    for (const StageEntry& e : stages_[stage].entries) {
+      const ClassCost& cc = class_cost(replica, micro_batch, e.cls);
+      const double k = static_cast<double>(e.count);
+      const PassSeconds& rc = e.recompute == Recompute::kFull        ? cc.recompute_full
+                              : e.recompute == Recompute::kSelective ? cc.recompute_selective
+                                                                     : PassSeconds{};
+      switch (op) {
+        case OpKind::kForward:
+          out += scaled(cc.forward, k);
+          break;
+        case OpKind::kBackward:
+          out += scaled(rc, k);
+          out += scaled(cc.backward_input, k);
+          out += scaled(cc.backward_weight, k);
+          break;
+        case OpKind::kBackwardInput:
+          out += scaled(rc, k);
+          out += scaled(cc.backward_input, k);
+          break;
+        case OpKind::kBackwardWeight:
+          out += scaled(cc.backward_weight, k);
+          break;
+        default:
+          break;
+      }
+    }
+    return out;
+  }
+
+  double stage_activation_bytes(int stage, int replica, int micro_batch) {
+    double bytes = 0;
+    for (const StageEntry& e : stages_[stage].entries) {
+      bytes += static_cast<double>(e.count) *
+               class_cost(replica, micro_batch, e.cls).activation_bytes[static_cast<int>(e.recompute)];
+    }
+    return bytes;
+  }
+
+  void count_flops(int stage, int replica, int micro_batch) {
+    // Replicated components compute on every tensor rank: hardware FLOPs count each copy.
+    const double copies = replicas_ == 1 ? s_.layout.dp : 1;
+    for (const StageEntry& e : stages_[stage].entries) {
+      const ClassCost& cc = class_cost(replica, micro_batch, e.cls);
+      const double k = static_cast<double>(e.count) * copies;
+      const int component = classes_[e.cls].component;
+      const double duplicates = static_cast<double>(s_.layout.tp) / sharding(component).tp;
+      model_flops_ += k * cc.model_flops;
+      hardware_flops_ += k * duplicates * (cc.model_flops + cc.recompute_flops[static_cast<int>(e.recompute)]);
+    }
+  }
+
+  double p2p_bytes(int stage, int replica, int micro_batch) {
+    const StageInfo& info = stages_[stage];
+    const TokenBatch b = batch_for(info.boundary_component, load(replica, micro_batch));
+    const TensorSharding sh = sharding(info.boundary_component);
+    const double split = sh.sequence_parallel ? sh.tp : 1;
+    return kActivationBytes * static_cast<double>(b.tokens) * static_cast<double>(info.boundary_width) / split;
+  }
+
+  double collective_duration(const Instruction& in) const {
+    const StageInfo& info = stages_[in.stage];
+    const DeviceGroupShape group{s_.layout.dp, static_cast<int64_t>(s_.layout.tp)};
+    const double bytes = in.tensor == CollectiveTensor::kGradients ? info.gradient_bytes : info.parameter_bytes;
+    const CollectiveOp op = in.collective == CollectiveKind::kAllReduce       ? CollectiveOp::kAllReduce
+                            : in.collective == CollectiveKind::kReduceScatter ? CollectiveOp::kReduceScatter
+                                                                              : CollectiveOp::kAllGather;
+    return collective_seconds(op, bytes, cluster_, eff_, group);
+  }
+
+  size_t arrival_slot(Payload p, int stage, int micro_batch) const {
+    return (static_cast<size_t>(p == Payload::kGradient) * s_.stages.size() + stage) * s_.micro_batches + micro_batch;
+  }
+
+  bool shares_compute() const { return cluster_.device.communication_shares_compute; }
+
+  void record(int device, TimelineEvent::Stream stream, const Instruction& in, double start, double end,
+              double tp_comm = 0) {
+    if (!options_.timeline) return;
+    TimelineEvent e;
+    e.rank = device % pp_;
+    e.stream = stream;
+    e.op = in.op;
+    e.stage = in.stage;
+    e.micro_batch = in.micro_batch;
+    e.start_seconds = start;
+    e.end_seconds = end;
+    e.tp_comm_seconds = tp_comm;
+    timeline_[device].push_back(e);
+  }
+
+  void note_memory(int device, double seconds) {
+    Device& dev = devices_[device];
+    const int rank = device % pp_;
+    const double bytes = rank_state_bytes_[rank] + dev.activation_bytes;
+    dev.peak_bytes = std::max(dev.peak_bytes, bytes);
+    if (options_.timeline) memory_[device].push_back({rank, seconds, bytes});
+  }
+
+  std::vector<double> rank_state_bytes_;
+
+  // Puts idle time before a compute-stream interval starting at `start` into its cause.
+  void account_gap(Device& dev, double start, bool gather_bound, bool wave) {
+    const double gap = start - dev.compute_free;
+    if (gap <= 0) return;
+    if (gather_bound) {
+      dev.time.dp_comm += gap;
+    } else if (wave) {
+      dev.time.pp_other += gap;
+    } else if (!dev.any_compute) {
+      dev.time.pp_warmup += gap;
+    } else if (dev.forwards_done == dev.forwards_total) {
+      dev.time.pp_cooldown += gap;
+    } else {
+      dev.time.pp_other += gap;
+    }
+  }
+
+  // Runs device `d` until it finishes or waits. Returns devices to wake.
+  void advance(int d, std::deque<int>& work) {
+    Device& dev = devices_[d];
+    const int replica = d / pp_;
+    const int rank = d % pp_;
+    const auto& program = s_.programs[rank].instructions;
+    std::vector<double>& arrivals = arrivals_[replica];
+    dev.waiting = false;
+    while (dev.pc < program.size()) {
+      const Instruction& in = program[dev.pc];
+      switch (in.op) {
+        case OpKind::kRecv: {
+          const double at = arrivals[arrival_slot(in.payload, in.peer_stage, in.micro_batch)];
+          if (at < 0) {
+            dev.waiting = true;
+            return;
+          }
+          dev.ready = std::max(dev.ready, at);
+          break;
+        }
+        case OpKind::kSend: {
+          const double bytes = p2p_bytes(in.stage, replica, in.micro_batch);
+          const int64_t distance = static_cast<int64_t>(s_.layout.dp) * s_.layout.tp;
+          const double seconds = p2p_seconds(bytes, cluster_, eff_, distance);
+          double start, end;
+          if (shares_compute()) {
+            start = dev.compute_free;
+            end = start + seconds;
+            dev.time.pp_other += seconds;
+            dev.compute_free = end;
+          } else {
+            start = std::max(dev.p2p_free, dev.compute_free);
+            end = start + seconds;
+            dev.p2p_free = end;
+          }
+          record(d, TimelineEvent::Stream::kP2p, in, start, end);
+          arrivals[arrival_slot(in.payload, in.stage, in.micro_batch)] = end;
+          const int peer = replica * pp_ + s_.layout.rank_of_stage(in.peer_stage);
+          if (devices_[peer].waiting) work.push_back(peer);
+          break;
+        }
+        case OpKind::kCollective: {
+          const int64_t k = collective_index_[rank][dev.pc];
+          CollectiveState& c = collectives_[rank][k];
+          if (dev.collectives_seen == k) {  // first visit: arrive
+            ++dev.collectives_seen;
+            c.ready = std::max(c.ready, dev.compute_free);
+            if (in.tensor == CollectiveTensor::kParameters) dev.pending_gathers[in.stage / pp_].push_back(k);
+            if (++c.arrived == replicas_) resolve(rank, k, in, work);
+          }
+          if (shares_compute()) {
+            // The collective runs on the compute cores: the program waits for it.
+            if (!c.resolved) {
+              dev.waiting = true;
+              return;
+            }
+            const double start = std::max(dev.compute_free, c.end - collective_duration(in));
+            account_gap(dev, start, true, false);
+            dev.time.dp_comm += c.end - start;
+            dev.compute_free = c.end;
+          }
+          break;
+        }
+        case OpKind::kForward:
+        case OpKind::kBackward:
+        case OpKind::kBackwardInput:
+        case OpKind::kBackwardWeight: {
+          auto& gathers = dev.pending_gathers[in.stage / pp_];
+          double gathered = 0;
+          if (!gathers.empty()) {
+            const CollectiveState& g = collectives_[rank][gathers.front()];
+            if (!g.resolved) {
+              dev.waiting = true;
+              return;
+            }
+            gathered = g.end;
+            gathers.pop_front();
+          }
+          const PassSeconds p = op_seconds(in.op, in.stage, replica, in.micro_batch);
+          const double start = std::max({dev.compute_free, dev.ready, gathered});
+          account_gap(dev, start, gathered > std::max(dev.compute_free, dev.ready), false);
+          const double end = start + p.total();
+          dev.time.compute += p.compute;
+          dev.time.tp_comm += p.comm;
+          dev.compute_free = end;
+          dev.ready = 0;
+          dev.any_compute = true;
+          dev.last_pass_end = end;
+          record(d, TimelineEvent::Stream::kCompute, in, start, end, p.comm);
+          if (in.op == OpKind::kForward) {
+            ++dev.forwards_done;
+            dev.activation_bytes += stage_activation_bytes(in.stage, replica, in.micro_batch);
+            note_memory(d, end);
+            count_flops(in.stage, replica, in.micro_batch);
+          } else if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardWeight) {
+            // Activations are held until the weight gradient has used them (an upper bound for zero-bubble
+            // schedules, whose input-gradient half frees part of them).
+            dev.activation_bytes -= stage_activation_bytes(in.stage, replica, in.micro_batch);
+            note_memory(d, end);
+          }
+          break;
+        }
+        case OpKind::kEncoderKernels: {
+          const int c = layer_component_[in.layer];
+          const LayerSpec& spec = model_.components[c].layers[in.layer - first_layer_of(c)];
+          LayerWork w;
+          w.layer = &spec;
+          w.pass = in.pass;
+          w.batch = batch_for(c, load(replica, in.micro_batch));
+          w.sharding = sharding(c);
+          w.trainable = model_.components[c].trainable;
+          w.recompute = s_.recompute[in.layer];
+          const LayerCost lc = cost_.layer_cost(w);
+          PassSeconds p;
+          const int end_kernel = std::min<int>(in.kernel_end, static_cast<int>(lc.kernels.size()));
+          for (int k = in.kernel_begin; k < end_kernel; ++k) {
+            const Kernel& kernel = lc.kernels[k];
+            (kernel.kind == Kernel::Kind::kCompute ? p.compute : p.comm) += kernel.seconds;
+          }
+          const double start = std::max(dev.compute_free, dev.ready);
+          account_gap(dev, start, false, false);
+          dev.time.compute += p.compute;
+          dev.time.tp_comm += p.comm;
+          dev.compute_free = start + p.total();
+          dev.ready = 0;
+          record(d, TimelineEvent::Stream::kCompute, in, start, dev.compute_free, p.comm);
+          break;
+        }
+        case OpKind::kWaveBoundary: {
+          // A barrier over every device: all cross their k-th boundary together.
+          const size_t k = dev.waves_crossed;
+          if (waves_.size() <= k) waves_.resize(k + 1);
+          WaveState& w = waves_[k];
+          if (!dev.at_wave) {
+            dev.at_wave = true;
+            w.release = std::max(w.release, dev.compute_free);
+            if (++w.arrived == static_cast<int>(devices_.size())) {
+              for (size_t other = 0; other < devices_.size(); ++other) {
+                if (devices_[other].waiting) work.push_back(static_cast<int>(other));
+              }
+            }
+          }
+          if (w.arrived < static_cast<int>(devices_.size())) {
+            dev.waiting = true;
+            return;
+          }
+          account_gap(dev, w.release, false, true);
+          dev.compute_free = std::max(dev.compute_free, w.release);
+          dev.at_wave = false;
+          ++dev.waves_crossed;
+          break;
+        }
+        case OpKind::kAllocate:
+          dev.activation_bytes += static_cast<double>(in.bytes);
+          note_memory(d, dev.compute_free);
+          break;
+        case OpKind::kFree: {
+          // The matching allocation's size.
+          for (size_t k = dev.pc; k-- > 0;) {
+            const Instruction& a = program[k];
+            if (a.op == OpKind::kAllocate && a.buffer == in.buffer) {
+              dev.activation_bytes -= static_cast<double>(a.bytes);
+              break;
+            }
+          }
+          note_memory(d, dev.compute_free);
+          break;
+        }
+      }
+      ++events_;
+      ++dev.pc;
+    }
+  }
+
+  struct WaveState {
+    int arrived = 0;
+    double release = 0;
+  };
+  std::vector<WaveState> waves_;
+
+  void resolve(int rank, int64_t k, const Instruction& in, std::deque<int>& work) {
+    CollectiveState& c = collectives_[rank][k];
+    const double previous = k > 0 ? collectives_[rank][k - 1].end : 0;
+    const double start = std::max(c.ready, previous);
+    c.end = start + collective_duration(in);
+    c.resolved = true;
+    for (int replica = 0; replica < replicas_; ++replica) {
+      const int d = replica * pp_ + rank;
+      Device& dev = devices_[d];
+      dev.coll_free = c.end;
+      if (in.tensor == CollectiveTensor::kGradients) dev.grads_ready = std::max(dev.grads_ready, c.end);
+      if (!shares_compute()) record(d, TimelineEvent::Stream::kCollective, in, start, c.end);
+      if (dev.waiting) work.push_back(d);
+    }
+  }
+
+  void execute() {
+    const int device_count = replicas_ * pp_;
+    devices_.resize(device_count);
+    arrivals_.assign(replicas_, std::vector<double>(2 * s_.stages.size() * s_.micro_batches, -1.0));
+    collectives_.resize(pp_);
+    collective_index_.resize(pp_);
+    rank_state_bytes_.assign(pp_, 0);
+    for (int r = 0; r < pp_; ++r) {
+      const auto& program = s_.programs[r].instructions;
+      collective_index_[r].assign(program.size(), -1);
+      int64_t k = 0;
+      int forwards = 0;
+      for (size_t i = 0; i < program.size(); ++i) {
+        if (program[i].op == OpKind::kCollective) collective_index_[r][i] = k++;
+        if (program[i].op == OpKind::kForward) ++forwards;
+      }
+      collectives_[r].assign(static_cast<size_t>(k), {});
+      for (int replica = 0; replica < replicas_; ++replica) {
+        Device& dev = devices_[replica * pp_ + r];
+        dev.forwards_total = forwards;
+        dev.pending_gathers.resize(s_.layout.vpp);
+      }
+      for (int chunk = 0; chunk < s_.layout.vpp; ++chunk) rank_state_bytes_[r] += stages_[chunk * pp_ + r].state_bytes;
+    }
+    if (options_.timeline) {
+      timeline_.resize(device_count);
+      memory_.resize(device_count);
+    }
+    for (int d = 0; d < device_count; ++d) note_memory(d, 0);
+    std::deque<int> work;
+    for (int d = 0; d < device_count; ++d) work.push_back(d);
+    while (!work.empty()) {
+      const int d = work.front();
+      work.pop_front();
+      advance(d, work);
+    }
+    for (int d = 0; d < device_count; ++d) {
+      if (devices_[d].pc < s_.programs[d % pp_].instructions.size()) {
+        fail("the schedule deadlocks: replica {} rank {} waits at instruction {} ({})", d / pp_, d % pp_,
+             devices_[d].pc, op_kind_name(s_.programs[d % pp_].instructions[devices_[d].pc].op));
+      }
+    }
+  }
+
+  SimResult finish() {
+    SimResult out;
+    const int device_count = replicas_ * pp_;
+    const ParallelLayout& l = s_.layout;
+    // Pipeline ends per replica, and the slowest replica's.
+    std::vector<double> pipe_end(replicas_, 0);
+    double all_end = 0;
+    for (int d = 0; d < device_count; ++d) {
+      pipe_end[d / pp_] = std::max(pipe_end[d / pp_], devices_[d].last_pass_end);
+    }
+    for (double e : pipe_end) all_end = std::max(all_end, e);
+    // The global gradient norm: every device's optimizer starts once every gradient is reduced.
+    double step_start = 0;
+    for (const Device& dev : devices_) step_start = std::max({step_start, dev.compute_free, dev.grads_ready});
+    double iteration = step_start;
+    std::vector<double> step_seconds(pp_, 0);
+    for (int r = 0; r < pp_; ++r) {
+      for (int chunk = 0; chunk < l.vpp; ++chunk) step_seconds[r] += stages_[chunk * pp_ + r].optimizer_seconds;
+      iteration = std::max(iteration, step_start + step_seconds[r]);
+      out.optimizer_seconds = std::max(out.optimizer_seconds, step_seconds[r]);
+    }
+    out.iteration_seconds = iteration;
+    for (int d = 0; d < device_count; ++d) {
+      Device& dev = devices_[d];
+      TimeBreakdown& t = dev.time;
+      // The tail after the device's own work: its pipeline, then slower replicas, then exposed reductions.
+      const double own_end = dev.compute_free;
+      const double pipeline = std::max(own_end, std::min(pipe_end[d / pp_], step_start));
+      const double replicas = std::max(pipeline, std::min(all_end, step_start));
+      t.pp_cooldown += pipeline - own_end;
+      t.dp_wait += replicas - pipeline;
+      t.dp_comm += step_start - replicas;
+      t.compute += step_seconds[d % pp_];
+      t.pp_other += iteration - step_start - step_seconds[d % pp_];
+      if (options_.timeline) {
+        TimelineEvent e;
+        e.rank = d % pp_;
+        e.op = OpKind::kCollective;
+        e.start_seconds = step_start;
+        e.end_seconds = step_start + step_seconds[d % pp_];
+        if (e.end_seconds > e.start_seconds) timeline_[d].push_back(e);
+      }
+      out.per_device.push_back(t);
+    }
+    // The critical device: its last pass ends last.
+    int critical = 0;
+    for (int d = 1; d < device_count; ++d) {
+      if (devices_[d].last_pass_end > devices_[critical].last_pass_end) critical = d;
+    }
+    out.critical = out.per_device[critical];
+    out.critical_replica = critical / pp_;
+    out.critical_rank = critical % pp_;
+    for (const TimeBreakdown& t : out.per_device) {
+      out.mean.compute += t.compute / device_count;
+      out.mean.pp_warmup += t.pp_warmup / device_count;
+      out.mean.pp_cooldown += t.pp_cooldown / device_count;
+      out.mean.pp_other += t.pp_other / device_count;
+      out.mean.tp_comm += t.tp_comm / device_count;
+      out.mean.dp_comm += t.dp_comm / device_count;
+      out.mean.dp_wait += t.dp_wait / device_count;
+    }
+    out.bubble_fraction =
+        iteration > 0 ? (out.critical.pp_warmup + out.critical.pp_cooldown + out.critical.pp_other) / iteration : 0;
+    out.peak_memory_bytes.assign(pp_, 0);
+    out.state_memory_bytes = rank_state_bytes_;
+    for (int d = 0; d < device_count; ++d) {
+      out.peak_memory_bytes[d % pp_] = std::max(out.peak_memory_bytes[d % pp_], devices_[d].peak_bytes);
+    }
+    out.usable_memory_bytes = cluster_.usable_memory_bytes();
+    for (double peak : out.peak_memory_bytes) out.oom = out.oom || peak > out.usable_memory_bytes;
+    out.devices = l.devices();
+    out.simulated_devices = device_count;
+    out.streams = static_cast<int64_t>(device_count) * (shares_compute() ? 1 : 3);
+    out.events = events_;
+    // The model FLOPs of one replica, counted once per tensor group: the whole model's work.
+    out.model_flops = model_flops_;
+    out.hardware_flops = hardware_flops_;
+    const double peak = static_cast<double>(out.devices) * cluster_.device.bf16_flops_per_second;
+    if (iteration > 0 && peak > 0) {
+      out.mfu = out.model_flops / (iteration * peak);
+      out.hfu = out.hardware_flops / (iteration * peak);
+    }
+    if (options_.timeline) {
+      out.timeline_replica = out.critical_replica;
+      for (int r = 0; r < pp_; ++r) {
+        const int d = out.critical_replica * pp_ + r;
+        out.timeline.insert(out.timeline.end(), timeline_[d].begin(), timeline_[d].end());
+        out.memory_timeline.insert(out.memory_timeline.end(), memory_[d].begin(), memory_[d].end());
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+SimResult simulate(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,
+                   const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,
+                   const SimOptions& options) {
+  return Simulator(schedule, model, cluster, cost, efficiency, loads, options).run();
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,120 @@
+#ifndef FULCRUM_SIM_SIMULATOR_H_
+#define FULCRUM_SIM_SIMULATOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fulcrum/core/sample_cost.h"
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/cost/cost_model.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/model/model_spec.h"
+#include "fulcrum/sched/schedule.h"
+
+namespace fulcrum {
+
+// What each micro-batch of each data-parallel replica carries: `per_replica[d][j]` is replica d's j-th
+// micro-batch. One replica stands for all of them (every replica carries the same loads) and lets the
+// simulator run one pipeline for the whole data-parallel group.
+struct MicroBatchLoads {
+  std::vector<std::vector<MicroBatchLoad>> per_replica;
+};
+
+// `micro_batches` micro-batches of `sequences` samples each with `tokens` LLM tokens and `images` encoder items
+// per sample: the synthetic load of a benchmark configuration.
+MicroBatchLoads uniform_loads(int micro_batches, int64_t sequences, int64_t tokens, int64_t images);
+
+struct SimOptions {
+  // Keep the timeline (compute and communication intervals, memory) of one pipeline replica: the replica of
+  // the critical device.
+  bool timeline = false;
+  // Dropout masks in the activation memory (models trained without dropout, as most LLMs now are, keep none).
+  bool dropout = false;
+};
+
+// Where a device's iteration went, in seconds. compute (kernels and the optimizer step) is the device's busy
+// time; everything else is idle time by cause, and the fields sum to the iteration time:
+//   pp_warmup    waiting for the first input from the previous stage
+//   pp_cooldown  waiting for gradients after the device's last forward, and for the rest of its pipeline to
+//                finish its last backward
+//   pp_other     waiting for inputs or gradients in between (stage imbalance, dependencies), wave barriers,
+//                and for slower stages' optimizer steps
+//   tp_comm      tensor- and context-parallel collectives inside layers (they block the compute stream)
+//   dp_comm      waiting for data-parallel collectives: parameter all-gathers before use, and the gradient
+//                reductions left exposed after the slowest replica finished
+//   dp_wait      waiting for slower data-parallel replicas to finish their backward passes
+struct TimeBreakdown {
+  double compute = 0;
+  double pp_warmup = 0;
+  double pp_cooldown = 0;
+  double pp_other = 0;
+  double tp_comm = 0;
+  double dp_comm = 0;
+  double dp_wait = 0;
+  double total() const { return compute + pp_warmup + pp_cooldown + pp_other + tp_comm + dp_comm + dp_wait; }
+  double idle() const { return total() - compute; }
+};
+
+// One interval of the timeline of a simulated device.
+struct TimelineEvent {
+  enum class Stream : uint8_t { kCompute, kP2p, kCollective };
+  int32_t rank = 0;  // pipeline rank
+  Stream stream = Stream::kCompute;
+  OpKind op = OpKind::kForward;  // kCollective also names the optimizer step (stage -1)
+  int32_t stage = -1;
+  int32_t micro_batch = -1;
+  double start_seconds = 0;
+  double end_seconds = 0;
+  double tp_comm_seconds = 0;  // of a compute interval, the part spent in layer collectives
+};
+
+struct MemorySample {
+  int32_t rank = 0;
+  double seconds = 0;
+  double bytes = 0;  // training state plus live activations
+};
+
+struct SimResult {
+  double iteration_seconds = 0;
+  double model_flops = 0;     // forward and backward of every micro-batch, no recomputation (Megatron's MFU)
+  double hardware_flops = 0;  // recomputation included, and replicated components counted on every device
+  double mfu = 0;             // model_flops / (iteration × devices × peak bf16 FLOP/s)
+  double hfu = 0;
+  double optimizer_seconds = 0;  // the longest optimizer step
+  // Pipeline idle (warm-up, cool-down, other) of the critical device over the iteration.
+  double bubble_fraction = 0;
+  TimeBreakdown critical;  // the device whose last pass ends last (ties: lowest replica, then rank)
+  TimeBreakdown mean;      // over every device
+  int critical_replica = 0;
+  int critical_rank = 0;
+  std::vector<TimeBreakdown> per_device;  // simulated replica × pp + rank
+  std::vector<double> peak_memory_bytes;   // per pipeline rank: max over its replicas (and tensor ranks)
+  std::vector<double> state_memory_bytes;  // per pipeline rank: parameters, gradients and optimizer state
+  double usable_memory_bytes = 0;
+  bool oom = false;
+  int64_t devices = 0;            // devices the iteration runs on (dp × tp × pp)
+  int64_t simulated_devices = 0;  // pipelines simulated × pp: devices doing identical work are run once
+  int64_t streams = 0;            // streams simulated (compute, point-to-point and collective per device)
+  int64_t events = 0;             // instructions executed
+  int timeline_replica = 0;
+  std::vector<TimelineEvent> timeline;
+  std::vector<MemorySample> memory_timeline;
+};
+
+// Executes `schedule` (validated) for one training iteration on `cluster`, with layer times from `cost` and the
+// micro-batches of `loads`. Every device has a compute stream and two communication streams (point-to-point,
+// and data-parallel collectives), which overlap compute except on devices whose communication shares the
+// compute cores (the cpu kind), where they run on the compute stream. Layer collectives (tensor and context
+// parallel) come from the cost model's kernels and block compute. Sends never block; receives wait for their
+// data; a data-parallel collective starts when every replica has reached it. After the last backward, every
+// device waits for the gradients of the whole model (the global gradient norm) and runs its optimizer step:
+// memory-bound over its shard of the state. Deterministic: the same inputs give the same result.
+// Throws InputError when the loads do not fit the schedule or the model does not fit the stages.
+SimResult simulate(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,
+                   const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,
+                   const SimOptions& options = {});
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SIM_SIMULATOR_H_

@@ -1,0 +1,154 @@
+#include "fulcrum/sim/simulator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+#include "fulcrum/sched/validate.h"
+#include "fulcrum/sim/test_pipelines.h"
+
+namespace fulcrum {
+namespace {
+
+// One one-token sequence per micro-batch: a layer's pass takes exactly the PerTokenCost's seconds.
+SimResult run(const Schedule& s, int layers, const CostModel& cost) {
+  validate(s);
+  return simulate(s, blocks_only_model(layers), instant_cluster(s.layout.devices()), cost, instant_efficiency(),
+                  uniform_loads(s.micro_batches, 1, 1, 0));
+}
+
+struct PipelineCase {
+  int pp;
+  int micro_batches;
+};
+
+class ClosedForm : public ::testing::TestWithParam<PipelineCase> {};
+
+// With f and b per stage per micro-batch and free communication, GPipe and 1F1B both take (m + p − 1)(f + b):
+// the last micro-batch's forward reaches the last stage after p − 1 forwards, and its backward takes p − 1
+// more backwards to come back, around m (f + b) of work on every stage.
+TEST_P(ClosedForm, GpipeAndOneFOneBTakeMPlusPMinusOneTimesFPlusB) {
+  const auto [pp, m] = GetParam();
+  const double f = 1.0, b = 2.0;
+  const PerTokenCost cost(f, b, 0);
+  for (PipelineKind kind : {PipelineKind::kGpipe, PipelineKind::kOneFOneB}) {
+    const SimResult r = run(test_schedule(kind, pp, 1, m, pp), pp, cost);
+    EXPECT_NEAR(r.iteration_seconds, (m + pp - 1) * (f + b), 1e-9) << pipeline_kind_name(kind);
+    // Every stage computes m(f + b); the rest is pipeline idle.
+    EXPECT_NEAR(r.critical.compute, m * (f + b), 1e-9);
+    EXPECT_NEAR(r.mean.pp_warmup + r.mean.pp_cooldown + r.mean.pp_other, (pp - 1) * (f + b), 1e-9);
+  }
+}
+
+// Megatron's interleaved 1F1B with v chunks per rank: each chunk takes f/v and b/v, and the bubble shrinks to
+// (p − 1)/v (f + b): (m + (p − 1)/v)(f + b).
+TEST_P(ClosedForm, InterleavedTakesMPlusPMinusOneOverVTimesFPlusB) {
+  const auto [pp, m] = GetParam();
+  if (m % pp != 0) GTEST_SKIP() << "interleaving needs micro-batches divisible by pp";
+  const double f = 1.0, b = 2.0;
+  for (int v : {2, 3}) {
+    const PerTokenCost cost(f / v, b / v, 0);  // one layer per chunk
+    const SimResult r = run(test_schedule(PipelineKind::kInterleaved, pp, v, m, pp * v), pp * v, cost);
+    EXPECT_NEAR(r.iteration_seconds, (m + (pp - 1.0) / v) * (f + b), 1e-9) << "v " << v;
+  }
+}
+
+// Zero-bubble H1 with equal F, B and W: the weight gradients fill the cool-down, leaving (p − 1)(F + B − W)
+// once there are enough micro-batches (2p) for a steady phase; never more than 1F1B's (p − 1)(F + B + W).
+TEST_P(ClosedForm, ZeroBubbleH1LeavesPMinusOneTimesFPlusBMinusW) {
+  const auto [pp, m] = GetParam();
+  const PerTokenCost cost(1, 1, 1);
+  const SimResult zb = run(test_schedule(PipelineKind::kZeroBubbleH1, pp, 1, m, pp), pp, cost);
+  const SimResult one_f_one_b = run(test_schedule(PipelineKind::kOneFOneB, pp, 1, m, pp), pp, cost);
+  EXPECT_NEAR(one_f_one_b.iteration_seconds, 3.0 * m + (pp - 1) * 3.0, 1e-9);
+  if (m >= 2 * pp) {
+    EXPECT_NEAR(zb.iteration_seconds, 3.0 * m + (pp - 1) * (1 + 1 - 1), 1e-9);
+  } else if (pp > 1) {
+    EXPECT_LT(zb.iteration_seconds, one_f_one_b.iteration_seconds);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipelines, ClosedForm,
+                         ::testing::Values(PipelineCase{1, 1}, PipelineCase{1, 4}, PipelineCase{2, 2},
+                                           PipelineCase{2, 6}, PipelineCase{4, 4}, PipelineCase{4, 8},
+                                           PipelineCase{4, 3}, PipelineCase{8, 16}),
+                         [](const auto& info) {
+                           return "pp" + std::to_string(info.param.pp) + "_m" + std::to_string(info.param.micro_batches);
+                         });
+
+// A data-parallel replica given twice the tokens takes twice as long, and every other replica waits for it at
+// the gradient reduction.
+TEST(Simulate, EveryReplicaWaitsForTheOneWithTwiceTheWork) {
+  const int pp = 2, m = 4, dp = 3;
+  const Schedule s = test_schedule(PipelineKind::kOneFOneB, pp, 1, m, pp, dp);
+  validate(s);
+  MicroBatchLoads loads = uniform_loads(m, 1, 1, 0);
+  loads.per_replica = {loads.per_replica[0], loads.per_replica[0], uniform_loads(m, 1, 2, 0).per_replica[0]};
+  const PerTokenCost cost(1, 2, 0);
+  const SimResult r = simulate(s, blocks_only_model(pp), instant_cluster(s.layout.devices()), cost,
+                               instant_efficiency(), loads);
+  EXPECT_NEAR(r.iteration_seconds, 2 * (m + pp - 1) * 3.0, 1e-9);
+  EXPECT_EQ(r.critical_replica, 2);
+  ASSERT_EQ(r.per_device.size(), static_cast<size_t>(dp * pp));
+  for (int d = 0; d < dp * pp; ++d) {
+    EXPECT_NEAR(r.per_device[d].total(), r.iteration_seconds, 1e-9) << "device " << d;
+    // The light replicas finish at half the time and wait the other half.
+    const double expected_wait = d / pp == 2 ? 0 : (m + pp - 1) * 3.0;
+    EXPECT_NEAR(r.per_device[d].dp_wait, expected_wait, 1e-9) << "device " << d;
+  }
+}
+
+// Gradients all-reduced over the data-parallel group with only communication to pay: the ring closed form.
+TEST(Simulate, GradientAllReduceTakesTheRingTime) {
+  const int dp = 4, layers = 2;
+  const Schedule s = test_schedule(PipelineKind::kOneFOneB, 1, 1, 1, layers, dp, StateSharding::kZero0);
+  ClusterSpec cluster = instant_cluster(dp);
+  cluster.device.devices_per_node = 1;  // every member on its own node: the network link
+  cluster.device.inter_node_bytes_per_second = 1e6;  // slow enough for the ring to beat the tree
+  DeviceEfficiency eff = instant_efficiency();
+  eff.collective_latency_seconds = 1e-5;
+  const ModelSpec model = blocks_only_model(layers);
+  const SimResult r = simulate(s, model, cluster, PerTokenCost(0, 0, 0), eff, uniform_loads(1, 1, 1, 0));
+  const double bytes = 2.0 * static_cast<double>(model.parameters());  // 16-bit gradients
+  const double ring = 2.0 * (dp - 1) / dp * bytes / 1e6 + 2.0 * (dp - 1) * 1e-5;
+  EXPECT_NEAR(r.iteration_seconds, ring, 1e-12);
+  EXPECT_NEAR(r.critical.dp_comm, ring, 1e-12);
+}
+
+TEST(CollectiveCost, RingAndTreeClosedForms) {
+  EXPECT_DOUBLE_EQ(ring_all_reduce_seconds(8e9, 8, 1e10, 1e-5), 2.0 * 7 / 8 * 0.8 + 14e-5);
+  EXPECT_DOUBLE_EQ(ring_reduce_scatter_seconds(8e9, 8, 1e10, 1e-5), 7.0 / 8 * 0.8 + 7e-5);
+  EXPECT_DOUBLE_EQ(tree_all_reduce_seconds(8e9, 8, 1e10, 1e-5), 1.6 + 6e-5);
+  EXPECT_EQ(ring_all_reduce_seconds(1e9, 1, 1e10, 1e-5), 0);
+  // NCCL's choice: the tree for a small message over many devices, the ring for a large one.
+  const ClusterSpec cluster = cluster_preset("h100:1024");
+  const DeviceEfficiency eff = efficiency_for(cluster.device);
+  const DeviceGroupShape group{1024, 8};
+  const double rate = group_bytes_per_second(cluster, eff, group);
+  EXPECT_DOUBLE_EQ(collective_seconds(CollectiveOp::kAllReduce, 1e3, cluster, eff, group),
+                   tree_all_reduce_seconds(1e3, 1024, rate, eff.collective_latency_seconds));
+  // Sixteen members: the ring's latency is small, and it sends 15/16 of what the tree sends.
+  EXPECT_DOUBLE_EQ(collective_seconds(CollectiveOp::kAllReduce, 1e10, cluster, eff, {16, 8}),
+                   ring_all_reduce_seconds(1e10, 16, rate, eff.collective_latency_seconds));
+  // In one node NVLink (half its two-way rate); across nodes the network.
+  EXPECT_DOUBLE_EQ(group_bytes_per_second(cluster, eff, {8, 1}), 450e9 * eff.link);
+  EXPECT_DOUBLE_EQ(group_bytes_per_second(cluster, eff, {2, 8}), cluster.device.inter_node_bytes_per_second * eff.link);
+}
+
+TEST(Simulate, RefusesLoadsThatDoNotFitTheSchedule) {
+  const Schedule s = test_schedule(PipelineKind::kOneFOneB, 2, 1, 4, 2, 2);
+  const PerTokenCost cost(1, 1, 0);
+  const ModelSpec model = blocks_only_model(2);
+  EXPECT_THROW(simulate(s, model, instant_cluster(4), cost, instant_efficiency(), uniform_loads(3, 1, 1, 0)),
+               InputError);
+  MicroBatchLoads three = uniform_loads(4, 1, 1, 0);
+  three.per_replica.resize(3, three.per_replica[0]);
+  EXPECT_THROW(simulate(s, model, instant_cluster(4), cost, instant_efficiency(), three), InputError);
+  EXPECT_THROW(simulate(s, blocks_only_model(3), instant_cluster(4), cost, instant_efficiency(),
+                        uniform_loads(4, 1, 1, 0)), InputError);
+}
+
+}  // namespace
+}  // namespace fulcrum
