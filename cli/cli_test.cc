@@ -221,6 +221,80 @@ TEST_F(Cli, BatchBalancesWithAModelsCost) {
   EXPECT_LT(j["metrics"]["time_imbalance"].get<double>(), 0.02);
 }
 
+// `fulcrum simulate`: parameters that cannot form a plan get one line and status 2, and no trace file.
+TEST_F(Cli, SimulateBadInputTable) {
+  const std::string trace = (dir_ / "trace.json").string();
+  const std::pair<std::string, std::string> cases[] = {
+      {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --pp 4 --dp 4", "DP 4 × TP 8 × PP 4 = 128 devices"},
+      {"--model gpt-11b --cluster h100:64 --gbs 100 --mbs 2 --tp 8 --pp 2", "global batch 100 is not divisible"},
+      {"--model gpt-11b --cluster h100:64 --gbs 12 --tp 8 --pp 4 --vpp 2",
+       "interleaved 1F1B needs micro-batches divisible by pp: 6 micro-batches, pp 4"},
+      {"--model gpt-11b --cluster h100:512 --gbs 64 --tp 1 --pp 16 --vpp 8",
+       "has 80 transformer blocks to spread over 128 pipeline stages"},
+      {"--model internvl-chat-1.5 --cluster a100:64 --gbs 64 --tp 8 --pp 2",
+       "does not divide the 25 heads (25 key/value) of component 'vision'"},
+      {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --schedule wavy", "unknown pipeline schedule 'wavy'"},
+      {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --pp 2 --vpp 2 --schedule zb-h1",
+       "the zb-h1 schedule has one model chunk per rank"},
+      {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --recompute some", "--recompute some"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run("simulate " + args + " --trace " + trace);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << args;
+    EXPECT_FALSE(fs::exists(trace)) << args;
+  }
+}
+
+TEST_F(Cli, SimulateReportsTheIterationAndWritesATrace) {
+  const std::string trace = (dir_ / "trace.json").string();
+  const std::string args = "simulate --model vit-3b+gpt-11b --cluster a100:32 --gbs 64 --mbs 2 --tp 4 --pp 4 "
+                           "--vpp 2 --encoder-tp 2 --seq 1024 --distributed-optimizer --sp --json";
+  const Result r = run(args + " --trace " + trace);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"iteration_seconds", "mfu", "hfu", "bubble_fraction", "breakdown", "peak_memory_bytes",
+                          "oom", "devices", "streams", "events", "model", "timing"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["devices"], 32);
+  EXPECT_EQ(j["peak_memory_bytes"].size(), 4u);
+  EXPECT_EQ(j["plan"]["micro_batches"], 16);  // 64 / (2 × dp 2)
+  // The critical device's time adds up to the iteration.
+  double sum = 0;
+  for (const auto& [key, value] : j["breakdown"].items()) sum += value.get<double>();
+  EXPECT_NEAR(sum, j["iteration_seconds"].get<double>(), 1e-9);
+  EXPECT_GT(j["mfu"].get<double>(), 0.05);
+  EXPECT_LT(j["mfu"].get<double>(), j["hfu"].get<double>() + 1e-12);
+  // Deterministic apart from timing.
+  EXPECT_EQ(without_timing(run(args).out), without_timing(r.out));
+  // The trace: a compute track per pipeline rank with every forward, and memory counters.
+  const auto t = nlohmann::json::parse(slurp(trace));
+  int forwards = 0, counters = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "forward") ++forwards;
+    if (e["ph"] == "C") ++counters;
+  }
+  EXPECT_EQ(forwards, 16 * 8);  // 16 micro-batches through 8 virtual stages
+  EXPECT_GT(counters, 0);
+}
+
+TEST_F(Cli, SimulateWithBalancedDataBeatsRandomBatches) {
+  const std::string base = "simulate --model internvl-chat-1.5 --cluster a100:64 --gbs 256 --mbs 4 --tp 4 --pp 4 "
+                           "--encoder-tp 1 --data data/internvl_sft_1.2M.json --steps 4 --json --batcher ";
+  const Result random = run(base + "random");
+  const Result balanced = run(base + "fulcrum");
+  ASSERT_EQ(random.status, 0) << random.err;
+  ASSERT_EQ(balanced.status, 0) << balanced.err;
+  const double random_seconds = nlohmann::json::parse(random.out)["data"]["iteration_seconds_mean"];
+  const double balanced_seconds = nlohmann::json::parse(balanced.out)["data"]["iteration_seconds_mean"];
+  EXPECT_LT(balanced_seconds, random_seconds);
+  EXPECT_GT(nlohmann::json::parse(random.out)["breakdown_mean"]["dp_wait"].get<double>(),
+            nlohmann::json::parse(balanced.out)["breakdown_mean"]["dp_wait"].get<double>());
+}
+
 TEST_F(Cli, StatsOfTheBundledIndex) {
   const Result r = run("stats --data data/internvl_sft_1.2M.json --json");
   ASSERT_EQ(r.status, 0) << r.err;

@@ -11,7 +11,7 @@ namespace fulcrum {
 
 DeviceEfficiency efficiency_for(const DeviceSpec& device) {
   if (device.kind == "a100" || device.kind == "a800") return {0.75, 0.60, 0.85, 0.75, 10e-6};
-  if (device.kind == "h100" || device.kind == "h200") return {0.70, 0.50, 0.80, 0.75, 10e-6};
+  if (device.kind == "h100" || device.kind == "h200") return {0.55, 0.50, 0.80, 0.75, 10e-6};
   if (device.kind == "cpu") return {0.50, 0.33, 0.60, 0.50, 50e-6};
   return {};
 }

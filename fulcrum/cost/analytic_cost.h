@@ -16,9 +16,12 @@ struct DeviceEfficiency {
   double collective_latency_seconds = 10e-6;
 };
 
-// A100/A800: cuBLAS reaches ~75% of 312 TFLOP/s on large bf16 GEMMs and FlashAttention-2 ~60%; H100/H200: ~70%
-// and ~50% (FlashAttention-2 is not yet Hopper-tuned); NCCL ~75% of NVLink; HBM 80–85%. cpu: half of the FMA
-// peak for GEMMs, a third for attention, 60% of memory bandwidth, and slow loopback collectives.
+// A100/A800: cuBLAS reaches ~75% of 312 TFLOP/s on large bf16 GEMMs and FlashAttention-2 ~60%. H100/H200: 55%
+// of 989 TFLOP/s (~540 TFLOP/s) for GEMMs in sustained training, below the 65–75% of short cuBLAS benchmarks
+// (700 W power capping, tensor-parallel shards of mid size), and ~50% for attention (FlashAttention-2 is not
+// Hopper-tuned); this one set reproduces Megatron-LM's published ViT-22B + GPT-175B times on 1,536–3,072 H100s
+// within 14% (BENCHMARKS.md, "Simulator calibration"). NCCL ~75% of NVLink and the network; HBM 80–85%.
+// cpu: half of the FMA peak for GEMMs, a third for attention, 60% of memory bandwidth, slow loopback collectives.
 DeviceEfficiency efficiency_for(const DeviceSpec& device);
 
 // Time of layer work from a roofline: every compute kernel takes max(FLOPs / (peak × efficiency), bytes /

@@ -181,6 +181,16 @@ class Simulator {
     if (l.encoder_tp < 0 || (l.encoder_tp > 0 && l.tp % l.encoder_tp != 0)) {
       fail("encoder tensor parallelism {} must divide tp {}", l.encoder_tp, l.tp);
     }
+    // Megatron-style tensor parallelism splits whole heads.
+    for (const ComponentSpec& c : model_.components) {
+      const int tp = l.component_tp(c.role != ComponentRole::kLlm);
+      const int64_t heads = c.attention_heads(), kv = c.kv_heads();
+      if (heads > 0 && (heads % tp != 0 || (kv % tp != 0 && tp % kv != 0))) {
+        fail("tensor parallelism {} does not divide the {} heads ({} key/value) of component '{}': use a degree "
+             "that does{}", tp, heads, kv, c.name,
+             c.role != ComponentRole::kLlm ? ", or --encoder-tp 1 to replicate it on every tensor rank" : "");
+      }
+    }
   }
 
   bool encoder_side(int component) const { return model_.components[component].role != ComponentRole::kLlm; }
@@ -741,7 +751,7 @@ class Simulator {
       t.dp_wait += replicas - pipeline;
       t.dp_comm += step_start - replicas;
       t.compute += step_seconds[d % pp_];
-      t.pp_other += iteration - step_start - step_seconds[d % pp_];
+      t.pp_other += std::max(0.0, iteration - step_start - step_seconds[d % pp_]);
       if (options_.timeline) {
         TimelineEvent e;
         e.rank = d % pp_;

@@ -1,0 +1,310 @@
+// `fulcrum simulate`: one training iteration of a model on a cluster under a parallel plan, from the schedule's
+// discrete-event execution.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/output_file.h"
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/cost/model_sample_cost.h"
+#include "fulcrum/data/balance_metrics.h"
+#include "fulcrum/data/batcher.h"
+#include "fulcrum/data/meta_index.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/model/load_model.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+#include "fulcrum/sched/validate.h"
+#include "fulcrum/sim/chrome_trace.h"
+#include "fulcrum/sim/simulator.h"
+
+namespace fulcrum {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+struct SimulateOptions {
+  std::string model;
+  std::string cluster;
+  int64_t gbs = 0;
+  int64_t mbs = 1;
+  int dp = 0;  // 0: the cluster's devices / (tp × pp)
+  int tp = 1;
+  int pp = 1;
+  int vpp = 1;
+  int encoder_tp = 0;
+  std::string schedule;  // default: interleaved when vpp > 1, else 1f1b
+  std::string recompute = "selective";
+  int zero = 0;
+  bool distributed_optimizer = false;
+  bool sp = false;
+  int64_t seq = 2048;
+  int64_t images_per_sample = -1;  // -1: one per sample when the model has an encoder
+  int64_t image_tokens = 0;        // 0: the encoder's own tokens per item
+  std::string placement = "first-stage";
+  std::string data;
+  std::string root = ".";
+  std::string batcher = "fulcrum";
+  int64_t step = 0;
+  int64_t steps = 1;
+  uint64_t seed = 0;
+  std::string trace;
+  bool json = false;
+};
+
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  throw InputError(fmt::format("--recompute {}: use none, selective or full", name));
+}
+
+StateSharding state_sharding(const SimulateOptions& o) {
+  if (o.distributed_optimizer) {
+    if (o.zero != 0) throw InputError("--distributed-optimizer is Megatron's sharding: it does not go with --zero");
+    return StateSharding::kMegatronDistributedOptimizer;
+  }
+  switch (o.zero) {
+    case 0: return StateSharding::kZero0;
+    case 1: return StateSharding::kZero1;
+    case 2: return StateSharding::kZero2;
+    case 3: return StateSharding::kZero3;
+  }
+  throw InputError(fmt::format("--zero {}: use 0, 1, 2 or 3", o.zero));
+}
+
+// A preset ("h100:3072") or a cluster JSON file.
+ClusterSpec load_cluster(const std::string& preset_or_file) {
+  if (!preset_or_file.ends_with(".json") && !std::filesystem::is_regular_file(preset_or_file)) {
+    return cluster_preset(preset_or_file);
+  }
+  std::ifstream in(preset_or_file, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open", preset_or_file));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return cluster_from_json(text.str(), preset_or_file);
+}
+
+std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024)); }
+
+Json breakdown_json(const TimeBreakdown& t) {
+  return {{"compute", t.compute},   {"pp_warmup", t.pp_warmup}, {"pp_cooldown", t.pp_cooldown},
+          {"pp_other", t.pp_other}, {"dp_comm", t.dp_comm},     {"tp_comm", t.tp_comm},
+          {"dp_wait", t.dp_wait}};
+}
+
+// Each step's micro-batch loads per data-parallel replica, from a batcher's plan of the dataset.
+std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, int dp, int micro_batches) {
+  LoadedData loaded = load_dataset(o.data, {o.root, false, &std::cerr});
+  const Dataset& data = loaded.dataset;
+  BatchParams params;
+  params.dp = dp;
+  params.micro_batches = micro_batches;
+  params.samples_per_step = o.gbs;
+  params.seed = o.seed;
+  params.oversize = OversizePolicy::kOwnGroup;
+  const ModelSampleCost cost(load_model(o.model), AnalyticCost(load_cluster(o.cluster)));
+  if (cost.vision_unit() != data.vision_unit()) {
+    throw InputError(fmt::format("{} counts vision in {}, but model '{}' takes {}", o.data,
+                                 vision_unit_name(data.vision_unit()), o.model, vision_unit_name(cost.vision_unit())));
+  }
+  const BatchPlan plan = make_batcher(o.batcher)->plan(data, params, cost);
+  if (o.step < 0 || o.step + o.steps > plan.steps()) {
+    throw InputError(fmt::format("{}: steps {}..{} asked for, but the epoch has {} steps of {} samples", o.data,
+                                 o.step, o.step + o.steps - 1, plan.steps(), o.gbs));
+  }
+  std::vector<MicroBatchLoads> out;
+  for (int64_t s = o.step; s < o.step + o.steps; ++s) {
+    MicroBatchLoads loads;
+    loads.per_replica.resize(dp);
+    for (int d = 0; d < dp; ++d) {
+      for (int j = 0; j < micro_batches; ++j) {
+        loads.per_replica[d].push_back(micro_batch_load(data, plan.micro_batch(s, d, j), plan.padded()));
+      }
+    }
+    out.push_back(std::move(loads));
+  }
+  return out;
+}
+
+void run_simulate(const SimulateOptions& o) {
+  const auto start = Clock::now();
+  ModelSpec model = load_model(o.model);
+  ClusterSpec cluster = load_cluster(o.cluster);
+  if (o.tp < 1 || o.pp < 1 || o.vpp < 1 || o.dp < 0) {
+    throw InputError(fmt::format("--tp, --pp and --vpp must be at least 1 (tp {}, pp {}, vpp {})", o.tp, o.pp, o.vpp));
+  }
+  const int64_t per_replica = static_cast<int64_t>(o.tp) * o.pp;
+  const int dp = o.dp > 0 ? o.dp : static_cast<int>(cluster.devices / per_replica);
+  if (dp < 1 || dp * per_replica != cluster.devices) {
+    throw InputError(fmt::format("DP {} × TP {} × PP {} = {} devices, but the cluster '{}' has {}", dp, o.tp, o.pp,
+                                 dp * per_replica, o.cluster, cluster.devices));
+  }
+  if (o.gbs < 1 || o.mbs < 1) throw InputError(fmt::format("--gbs and --mbs must be at least 1 (gbs {}, mbs {})", o.gbs, o.mbs));
+  if (o.gbs % (o.mbs * dp) != 0) {
+    throw InputError(fmt::format("global batch {} is not divisible by micro-batch {} × DP {}", o.gbs, o.mbs, dp));
+  }
+  const int micro_batches = static_cast<int>(o.gbs / (o.mbs * dp));
+  if (o.steps < 1) throw InputError(fmt::format("--steps must be at least 1, got {}", o.steps));
+  if (o.seq < 1) throw InputError(fmt::format("--seq must be at least 1, got {}", o.seq));
+  bool has_encoder = false;
+  for (ComponentSpec& c : model.components) {
+    if (c.role != ComponentRole::kEncoder) continue;
+    has_encoder = true;
+    if (o.image_tokens > 0 && c.tokens_per_item > 0) c.tokens_per_item = o.image_tokens;
+  }
+  const int64_t images = o.images_per_sample >= 0 ? o.images_per_sample : (has_encoder ? 1 : 0);
+
+  ParallelLayout layout;
+  layout.dp = dp;
+  layout.tp = o.tp;
+  layout.pp = o.pp;
+  layout.vpp = o.vpp;
+  layout.encoder_tp = o.encoder_tp;
+  layout.sequence_parallel = o.sp;
+  layout.state_sharding = state_sharding(o);
+  const PipelineKind kind =
+      parse_pipeline_kind(o.schedule.empty() ? (o.vpp > 1 ? "interleaved" : "1f1b") : o.schedule);
+  if (o.placement != "first-stage" && o.placement != "spread") {
+    throw InputError(fmt::format("--encoder-placement {}: use first-stage or spread", o.placement));
+  }
+  const EncoderPlacement placement = o.placement == "spread" ? EncoderPlacement::kSpread : EncoderPlacement::kFirstStage;
+  const Schedule schedule =
+      make_pipeline_schedule(kind, layout, micro_batches, partition_layers(model, layout.stages(), placement),
+                             std::vector<Recompute>(flattened_layers(model), parse_recompute(o.recompute)));
+  validate(schedule, "generated schedule");
+
+  std::vector<MicroBatchLoads> steps;
+  if (o.data.empty()) {
+    if (o.steps != 1 || o.step != 0) throw InputError("--step and --steps choose steps of --data's plan");
+    steps.push_back(uniform_loads(micro_batches, o.mbs, o.seq, images));
+  } else {
+    steps = loads_from_data(o, dp, micro_batches);
+  }
+  const AnalyticCost cost(cluster);
+  const auto sim_start = Clock::now();
+  std::vector<SimResult> results;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SimOptions options;
+    options.timeline = !o.trace.empty() && i == 0;
+    results.push_back(simulate(schedule, model, cluster, cost, cost.efficiency(), steps[i], options));
+  }
+  const double sim_seconds = std::chrono::duration<double>(Clock::now() - sim_start).count();
+  const SimResult& r = results.front();
+  double mean_seconds = 0;
+  for (const SimResult& x : results) mean_seconds += x.iteration_seconds / static_cast<double>(results.size());
+
+  if (!o.trace.empty()) {
+    write_file_atomically(o.trace, chrome_trace(r, fmt::format("{} on {}", model.name, o.cluster)));
+  }
+  int64_t layers = 0;
+  for (const ComponentSpec& c : model.components) layers += static_cast<int64_t>(c.layers.size());
+  if (o.json) {
+    Json out{{"iteration_seconds", r.iteration_seconds},
+             {"mfu", r.mfu},
+             {"hfu", r.hfu},
+             {"bubble_fraction", r.bubble_fraction},
+             {"breakdown", breakdown_json(r.critical)},
+             {"breakdown_mean", breakdown_json(r.mean)},
+             {"critical_device", {{"replica", r.critical_replica}, {"pipeline_rank", r.critical_rank}}},
+             {"optimizer_seconds", r.optimizer_seconds},
+             {"model_flops", r.model_flops},
+             {"hardware_flops", r.hardware_flops},
+             {"peak_memory_bytes", r.peak_memory_bytes},
+             {"state_memory_bytes", r.state_memory_bytes},
+             {"usable_memory_bytes", r.usable_memory_bytes},
+             {"oom", r.oom},
+             {"devices", r.devices},
+             {"simulated_devices", r.simulated_devices},
+             {"streams", r.streams},
+             {"events", r.events},
+             {"model", {{"name", model.name}, {"parameters", model.parameters()}, {"layers", layers}}},
+             {"plan",
+              {{"dp", dp}, {"tp", o.tp}, {"pp", o.pp}, {"vpp", o.vpp}, {"encoder_tp", o.encoder_tp},
+               {"schedule", std::string(pipeline_kind_name(kind))}, {"micro_batches", micro_batches},
+               {"gbs", o.gbs}, {"mbs", o.mbs}, {"recompute", o.recompute},
+               {"state_sharding", o.distributed_optimizer ? std::string("distributed-optimizer") : fmt::format("zero-{}", o.zero)},
+               {"sequence_parallel", o.sp}, {"encoder_placement", o.placement}}}};
+    if (!o.data.empty()) {
+      Json per_step = Json::array();
+      for (const SimResult& x : results) per_step.push_back(x.iteration_seconds);
+      out["data"] = {{"path", o.data}, {"batcher", o.batcher}, {"first_step", o.step}, {"steps", o.steps},
+                     {"seed", o.seed}, {"iteration_seconds_per_step", per_step}, {"iteration_seconds_mean", mean_seconds}};
+    }
+    out["timing"] = {{"sim_seconds", sim_seconds},
+                     {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()}};
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  std::cout << fmt::format("{} ({:.2f}B parameters, {} layers) on {} × {}: dp {} tp {} pp {} vpp {}, {} schedule, "
+                           "{} micro-batches of {} per replica\n",
+                           model.name, static_cast<double>(model.parameters()) / 1e9, layers, cluster.devices,
+                           cluster.device.kind, dp, o.tp, o.pp, o.vpp, pipeline_kind_name(kind), micro_batches, o.mbs);
+  if (!o.data.empty()) {
+    std::cout << fmt::format("  data {} ({} batches), steps {}..{}: mean iteration {:.4f} s\n", o.data, o.batcher,
+                             o.step, o.step + o.steps - 1, mean_seconds);
+  }
+  std::cout << fmt::format("  iteration {:.4f} s   MFU {:.1f}%   HFU {:.1f}%   pipeline bubble {:.1f}%\n",
+                           r.iteration_seconds, 100 * r.mfu, 100 * r.hfu, 100 * r.bubble_fraction);
+  auto line = [](const char* label, const TimeBreakdown& t) {
+    return fmt::format("  {:<9} compute {:.4f}  warm-up {:.4f}  cool-down {:.4f}  pp other {:.4f}  tp comm {:.4f}  "
+                       "dp comm {:.4f}  dp wait {:.4f}\n",
+                       label, t.compute, t.pp_warmup, t.pp_cooldown, t.pp_other, t.tp_comm, t.dp_comm, t.dp_wait);
+  };
+  std::cout << line(fmt::format("critical (replica {}, rank {})", r.critical_replica, r.critical_rank).c_str(), r.critical);
+  std::cout << line("mean", r.mean);
+  std::string memory;
+  for (size_t s = 0; s < r.peak_memory_bytes.size(); ++s) {
+    memory += fmt::format("{}{}", s ? ", " : "", gib(r.peak_memory_bytes[s]));
+  }
+  std::cout << fmt::format("  peak memory per pipeline rank: {} of {} usable{}\n", memory, gib(r.usable_memory_bytes),
+                           r.oom ? "  OUT OF MEMORY" : "");
+  std::cout << fmt::format("  {} devices, {} simulated, {} streams, {} events, in {:.3f} s\n", r.devices,
+                           r.simulated_devices, r.streams, r.events, sim_seconds);
+}
+
+}  // namespace
+
+std::function<void()> add_simulate_command(CLI::App& app) {
+  auto o = std::make_shared<SimulateOptions>();
+  CLI::App* cmd = app.add_subcommand("simulate", "Simulate one training iteration under a parallel plan");
+  cmd->add_option("--model", o->model, "A preset or a config.json, as for `fulcrum model`")->required();
+  cmd->add_option("--cluster", o->cluster, "Devices, e.g. h100:1536, or a cluster JSON file")->required();
+  cmd->add_option("--gbs", o->gbs, "Global batch: samples per iteration over all replicas")->required();
+  cmd->add_option("--mbs", o->mbs, "Samples per micro-batch")->capture_default_str();
+  cmd->add_option("--dp", o->dp, "Data-parallel replicas (default: the cluster's devices / (tp × pp))");
+  cmd->add_option("--tp", o->tp, "Tensor parallelism")->capture_default_str();
+  cmd->add_option("--pp", o->pp, "Pipeline ranks")->capture_default_str();
+  cmd->add_option("--vpp", o->vpp, "Model chunks per pipeline rank (interleaving)")->capture_default_str();
+  cmd->add_option("--encoder-tp", o->encoder_tp, "Tensor parallelism of encoders and projectors (1 replicates them)");
+  cmd->add_option("--schedule", o->schedule, "gpipe | 1f1b | interleaved | zb-h1 (default 1f1b, interleaved with --vpp)");
+  cmd->add_option("--recompute", o->recompute, "none | selective | full")->capture_default_str();
+  cmd->add_option("--zero", o->zero, "ZeRO stage 0-3 for parameters, gradients and optimizer state")->capture_default_str();
+  cmd->add_flag("--distributed-optimizer", o->distributed_optimizer, "Megatron-LM's distributed optimizer");
+  cmd->add_flag("--sp", o->sp, "Sequence parallelism");
+  cmd->add_option("--seq", o->seq, "LLM tokens per sample (without --data)")->capture_default_str();
+  cmd->add_option("--images-per-sample", o->images_per_sample, "Encoder items per sample (default 1 with an encoder)");
+  cmd->add_option("--image-tokens", o->image_tokens, "Patch tokens per image (default: the encoder's own)");
+  cmd->add_option("--encoder-placement", o->placement, "first-stage | spread")->capture_default_str();
+  cmd->add_option("--data", o->data, "Length file or meta index: micro-batches from a batcher's plan");
+  cmd->add_option("--root", o->root, "Second folder for a meta index's paths")->capture_default_str();
+  cmd->add_option("--batcher", o->batcher, "random | random-packed | length-grouped | isf | fulcrum")->capture_default_str();
+  cmd->add_option("--step", o->step, "First step of the plan to simulate")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "Steps to simulate (the mean is reported)")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the batcher's shuffle")->capture_default_str();
+  cmd->add_option("--trace", o->trace, "Write the first step's timeline as Chrome trace JSON");
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  return [o] { run_simulate(*o); };
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,77 @@
+#include "fulcrum/sim/chrome_trace.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace fulcrum {
+namespace {
+
+std::string event_name(const TimelineEvent& e) {
+  const char* pass = "";
+  switch (e.op) {
+    case OpKind::kForward: pass = "F"; break;
+    case OpKind::kBackward: pass = "B"; break;
+    case OpKind::kBackwardInput: pass = "BI"; break;
+    case OpKind::kBackwardWeight: pass = "W"; break;
+    case OpKind::kSend: pass = "send"; break;
+    case OpKind::kCollective: pass = e.stage < 0 ? "optimizer" : "collective"; break;
+    case OpKind::kEncoderKernels: pass = "encoder"; break;
+    default: pass = "op"; break;
+  }
+  if (e.stage < 0) return pass;
+  if (e.micro_batch < 0) return fmt::format("{} s{}", pass, e.stage);
+  return fmt::format("{} s{} mb{}", pass, e.stage, e.micro_batch);
+}
+
+const char* stream_name(TimelineEvent::Stream s) {
+  switch (s) {
+    case TimelineEvent::Stream::kCompute: return "compute";
+    case TimelineEvent::Stream::kP2p: return "pipeline p2p";
+    case TimelineEvent::Stream::kCollective: return "data-parallel collectives";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string chrome_trace(const SimResult& result, const std::string& title) {
+  using Json = nlohmann::ordered_json;
+  constexpr double kMicroseconds = 1e6;
+  Json events = Json::array();
+  std::set<int> ranks;
+  for (const TimelineEvent& e : result.timeline) ranks.insert(e.rank);
+  for (const MemorySample& m : result.memory_timeline) ranks.insert(m.rank);
+  for (int rank : ranks) {
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank},
+                      {"args", {{"name", fmt::format("pipeline rank {} (replica {})", rank, result.timeline_replica)}}}});
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"args", {{"sort_index", rank}}}});
+    for (auto s : {TimelineEvent::Stream::kCompute, TimelineEvent::Stream::kP2p, TimelineEvent::Stream::kCollective}) {
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", static_cast<int>(s)},
+                        {"args", {{"name", stream_name(s)}}}});
+    }
+  }
+  for (const TimelineEvent& e : result.timeline) {
+    Json args{{"stage", e.stage}, {"micro_batch", e.micro_batch}};
+    if (e.tp_comm_seconds > 0) args["tp_comm_us"] = e.tp_comm_seconds * kMicroseconds;
+    events.push_back({{"name", event_name(e)},
+                      {"cat", std::string(op_kind_name(e.op))},
+                      {"ph", "X"},
+                      {"pid", e.rank},
+                      {"tid", static_cast<int>(e.stream)},
+                      {"ts", e.start_seconds * kMicroseconds},
+                      {"dur", (e.end_seconds - e.start_seconds) * kMicroseconds},
+                      {"args", args}});
+  }
+  for (const MemorySample& m : result.memory_timeline) {
+    events.push_back({{"name", "memory"}, {"ph", "C"}, {"pid", m.rank}, {"ts", m.seconds * kMicroseconds},
+                      {"args", {{"GiB", m.bytes / (1024.0 * 1024 * 1024)}}}});
+  }
+  Json trace{{"traceEvents", events},
+             {"displayTimeUnit", "ms"},
+             {"otherData", {{"title", title}, {"iteration_seconds", result.iteration_seconds}}}};
+  return trace.dump() + "\n";
+}
+
+}  // namespace fulcrum
