@@ -281,6 +281,27 @@ TEST_F(Cli, SimulateReportsTheIterationAndWritesATrace) {
   EXPECT_GT(counters, 0);
 }
 
+TEST_F(Cli, SimulateASavedScheduleGivesTheSameIteration) {
+  const std::string saved = (dir_ / "schedule.json").string();
+  const std::string common = "simulate --model gpt-11b --cluster h100:32 --gbs 32 --mbs 1 --json ";
+  const Result first = run(common + "--tp 4 --pp 4 --schedule zb-h1 --zero 1 --save-schedule " + saved);
+  ASSERT_EQ(first.status, 0) << first.err;
+  const Result again = run(common + "--load-schedule " + saved);
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(first.out)["iteration_seconds"], nlohmann::json::parse(again.out)["iteration_seconds"]);
+  EXPECT_EQ(nlohmann::json::parse(again.out)["plan"]["schedule"], "zb-h1");
+  // A schedule for another batch, and a broken one.
+  const Result other = run("simulate --model gpt-11b --cluster h100:32 --gbs 64 --load-schedule " + saved);
+  EXPECT_EQ(other.status, 2);
+  EXPECT_NE(other.err.find("the schedule runs 16 micro-batches per replica"), std::string::npos) << other.err;
+  std::string text = slurp(saved);
+  text.replace(text.find("[\"BI\",0,0]"), 10, "[\"BI\",0,9]");
+  const std::string broken = write("broken.json", text);
+  const Result bad = run(common + "--load-schedule " + broken);
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("broken.json: rank 0"), std::string::npos) << bad.err;
+}
+
 TEST_F(Cli, SimulateWithBalancedDataBeatsRandomBatches) {
   const std::string base = "simulate --model internvl-chat-1.5 --cluster a100:64 --gbs 256 --mbs 4 --tp 4 --pp 4 "
                            "--encoder-tp 1 --data data/internvl_sft_1.2M.json --steps 4 --json --batcher ";

@@ -23,6 +23,7 @@
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/model/load_model.h"
 #include "fulcrum/sched/pipeline_schedules.h"
+#include "fulcrum/sched/schedule_json.h"
 #include "fulcrum/sched/validate.h"
 #include "fulcrum/sim/chrome_trace.h"
 #include "fulcrum/sim/simulator.h"
@@ -59,6 +60,8 @@ struct SimulateOptions {
   int64_t steps = 1;
   uint64_t seed = 0;
   std::string trace;
+  std::string save_schedule;
+  std::string load_schedule;
   bool json = false;
 };
 
@@ -83,16 +86,31 @@ StateSharding state_sharding(const SimulateOptions& o) {
   throw InputError(fmt::format("--zero {}: use 0, 1, 2 or 3", o.zero));
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // A preset ("h100:3072") or a cluster JSON file.
 ClusterSpec load_cluster(const std::string& preset_or_file) {
   if (!preset_or_file.ends_with(".json") && !std::filesystem::is_regular_file(preset_or_file)) {
     return cluster_preset(preset_or_file);
   }
-  std::ifstream in(preset_or_file, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open", preset_or_file));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return cluster_from_json(text.str(), preset_or_file);
+  return cluster_from_json(read_file(preset_or_file), preset_or_file);
+}
+
+std::string state_sharding_label(StateSharding s) {
+  switch (s) {
+    case StateSharding::kZero0: return "zero-0";
+    case StateSharding::kZero1: return "zero-1";
+    case StateSharding::kZero2: return "zero-2";
+    case StateSharding::kZero3: return "zero-3";
+    case StateSharding::kMegatronDistributedOptimizer: return "distributed-optimizer";
+  }
+  return "?";
 }
 
 std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024)); }
@@ -104,7 +122,8 @@ Json breakdown_json(const TimeBreakdown& t) {
 }
 
 // Each step's micro-batch loads per data-parallel replica, from a batcher's plan of the dataset.
-std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, int dp, int micro_batches) {
+std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const ModelSpec& model,
+                                            const ClusterSpec& cluster, int dp, int micro_batches) {
   LoadedData loaded = load_dataset(o.data, {o.root, false, &std::cerr});
   const Dataset& data = loaded.dataset;
   BatchParams params;
@@ -113,7 +132,7 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, int dp, i
   params.samples_per_step = o.gbs;
   params.seed = o.seed;
   params.oversize = OversizePolicy::kOwnGroup;
-  const ModelSampleCost cost(load_model(o.model), AnalyticCost(load_cluster(o.cluster)));
+  const ModelSampleCost cost(model, AnalyticCost(cluster));
   if (cost.vision_unit() != data.vision_unit()) {
     throw InputError(fmt::format("{} counts vision in {}, but model '{}' takes {}", o.data,
                                  vision_unit_name(data.vision_unit()), o.model, vision_unit_name(cost.vision_unit())));
@@ -144,19 +163,9 @@ void run_simulate(const SimulateOptions& o) {
   if (o.tp < 1 || o.pp < 1 || o.vpp < 1 || o.dp < 0) {
     throw InputError(fmt::format("--tp, --pp and --vpp must be at least 1 (tp {}, pp {}, vpp {})", o.tp, o.pp, o.vpp));
   }
-  const int64_t per_replica = static_cast<int64_t>(o.tp) * o.pp;
-  const int dp = o.dp > 0 ? o.dp : static_cast<int>(cluster.devices / per_replica);
-  if (dp < 1 || dp * per_replica != cluster.devices) {
-    throw InputError(fmt::format("DP {} × TP {} × PP {} = {} devices, but the cluster '{}' has {}", dp, o.tp, o.pp,
-                                 dp * per_replica, o.cluster, cluster.devices));
+  if (!o.load_schedule.empty() && !o.save_schedule.empty()) {
+    throw InputError("--load-schedule and --save-schedule: give one");
   }
-  if (o.gbs < 1 || o.mbs < 1) throw InputError(fmt::format("--gbs and --mbs must be at least 1 (gbs {}, mbs {})", o.gbs, o.mbs));
-  if (o.gbs % (o.mbs * dp) != 0) {
-    throw InputError(fmt::format("global batch {} is not divisible by micro-batch {} × DP {}", o.gbs, o.mbs, dp));
-  }
-  const int micro_batches = static_cast<int>(o.gbs / (o.mbs * dp));
-  if (o.steps < 1) throw InputError(fmt::format("--steps must be at least 1, got {}", o.steps));
-  if (o.seq < 1) throw InputError(fmt::format("--seq must be at least 1, got {}", o.seq));
   bool has_encoder = false;
   for (ComponentSpec& c : model.components) {
     if (c.role != ComponentRole::kEncoder) continue;
@@ -164,32 +173,63 @@ void run_simulate(const SimulateOptions& o) {
     if (o.image_tokens > 0 && c.tokens_per_item > 0) c.tokens_per_item = o.image_tokens;
   }
   const int64_t images = o.images_per_sample >= 0 ? o.images_per_sample : (has_encoder ? 1 : 0);
+  if (o.steps < 1) throw InputError(fmt::format("--steps must be at least 1, got {}", o.steps));
+  if (o.seq < 1) throw InputError(fmt::format("--seq must be at least 1, got {}", o.seq));
+  if (o.gbs < 1 || o.mbs < 1) throw InputError(fmt::format("--gbs and --mbs must be at least 1 (gbs {}, mbs {})", o.gbs, o.mbs));
 
-  ParallelLayout layout;
-  layout.dp = dp;
-  layout.tp = o.tp;
-  layout.pp = o.pp;
-  layout.vpp = o.vpp;
-  layout.encoder_tp = o.encoder_tp;
-  layout.sequence_parallel = o.sp;
-  layout.state_sharding = state_sharding(o);
-  const PipelineKind kind =
-      parse_pipeline_kind(o.schedule.empty() ? (o.vpp > 1 ? "interleaved" : "1f1b") : o.schedule);
-  if (o.placement != "first-stage" && o.placement != "spread") {
-    throw InputError(fmt::format("--encoder-placement {}: use first-stage or spread", o.placement));
+  // The plan: generated from the options, or a schedule file written by a planner (or --save-schedule).
+  Schedule schedule;
+  if (!o.load_schedule.empty()) {
+    schedule = schedule_from_json(read_file(o.load_schedule), o.load_schedule);
+    validate(schedule, o.load_schedule);
   }
-  const EncoderPlacement placement = o.placement == "spread" ? EncoderPlacement::kSpread : EncoderPlacement::kFirstStage;
-  const Schedule schedule =
-      make_pipeline_schedule(kind, layout, micro_batches, partition_layers(model, layout.stages(), placement),
-                             std::vector<Recompute>(flattened_layers(model), parse_recompute(o.recompute)));
-  validate(schedule, "generated schedule");
+  const ParallelLayout* given = o.load_schedule.empty() ? nullptr : &schedule.layout;
+  const int tp = given ? given->tp : o.tp, pp = given ? given->pp : o.pp;
+  const int64_t per_replica = static_cast<int64_t>(tp) * pp;
+  const int dp = given ? given->dp : (o.dp > 0 ? o.dp : static_cast<int>(cluster.devices / per_replica));
+  if (dp < 1 || dp * per_replica != cluster.devices) {
+    throw InputError(fmt::format("DP {} × TP {} × PP {} = {} devices, but the cluster '{}' has {}", dp, tp, pp,
+                                 dp * per_replica, o.cluster, cluster.devices));
+  }
+  if (o.gbs % (o.mbs * dp) != 0) {
+    throw InputError(fmt::format("global batch {} is not divisible by micro-batch {} × DP {}", o.gbs, o.mbs, dp));
+  }
+  const int micro_batches = static_cast<int>(o.gbs / (o.mbs * dp));
+  if (given) {
+    if (schedule.micro_batches != micro_batches) {
+      throw InputError(fmt::format("{}: the schedule runs {} micro-batches per replica, but --gbs {} / (--mbs {} × "
+                                   "DP {}) is {}", o.load_schedule, schedule.micro_batches, o.gbs, o.mbs, dp,
+                                   micro_batches));
+    }
+  } else {
+    ParallelLayout layout;
+    layout.dp = dp;
+    layout.tp = o.tp;
+    layout.pp = o.pp;
+    layout.vpp = o.vpp;
+    layout.encoder_tp = o.encoder_tp;
+    layout.sequence_parallel = o.sp;
+    layout.state_sharding = state_sharding(o);
+    const PipelineKind kind =
+        parse_pipeline_kind(o.schedule.empty() ? (o.vpp > 1 ? "interleaved" : "1f1b") : o.schedule);
+    if (o.placement != "first-stage" && o.placement != "spread") {
+      throw InputError(fmt::format("--encoder-placement {}: use first-stage or spread", o.placement));
+    }
+    const EncoderPlacement placement =
+        o.placement == "spread" ? EncoderPlacement::kSpread : EncoderPlacement::kFirstStage;
+    schedule = make_pipeline_schedule(kind, layout, micro_batches, partition_layers(model, layout.stages(), placement),
+                                      std::vector<Recompute>(flattened_layers(model), parse_recompute(o.recompute)));
+    validate(schedule, "generated schedule");
+  }
+  const ParallelLayout& layout = schedule.layout;
+  const PipelineKind kind = schedule.kind;
 
   std::vector<MicroBatchLoads> steps;
   if (o.data.empty()) {
     if (o.steps != 1 || o.step != 0) throw InputError("--step and --steps choose steps of --data's plan");
     steps.push_back(uniform_loads(micro_batches, o.mbs, o.seq, images));
   } else {
-    steps = loads_from_data(o, dp, micro_batches);
+    steps = loads_from_data(o, model, cluster, dp, micro_batches);
   }
   const AnalyticCost cost(cluster);
   const auto sim_start = Clock::now();
@@ -204,6 +244,7 @@ void run_simulate(const SimulateOptions& o) {
   double mean_seconds = 0;
   for (const SimResult& x : results) mean_seconds += x.iteration_seconds / static_cast<double>(results.size());
 
+  if (!o.save_schedule.empty()) write_file_atomically(o.save_schedule, schedule_to_json(schedule));
   if (!o.trace.empty()) {
     write_file_atomically(o.trace, chrome_trace(r, fmt::format("{} on {}", model.name, o.cluster)));
   }
@@ -230,11 +271,12 @@ void run_simulate(const SimulateOptions& o) {
              {"events", r.events},
              {"model", {{"name", model.name}, {"parameters", model.parameters()}, {"layers", layers}}},
              {"plan",
-              {{"dp", dp}, {"tp", o.tp}, {"pp", o.pp}, {"vpp", o.vpp}, {"encoder_tp", o.encoder_tp},
+              {{"dp", dp}, {"tp", layout.tp}, {"pp", layout.pp}, {"vpp", layout.vpp}, {"encoder_tp", layout.encoder_tp},
                {"schedule", std::string(pipeline_kind_name(kind))}, {"micro_batches", micro_batches},
-               {"gbs", o.gbs}, {"mbs", o.mbs}, {"recompute", o.recompute},
-               {"state_sharding", o.distributed_optimizer ? std::string("distributed-optimizer") : fmt::format("zero-{}", o.zero)},
-               {"sequence_parallel", o.sp}, {"encoder_placement", o.placement}}}};
+               {"gbs", o.gbs}, {"mbs", o.mbs},
+               {"state_sharding", state_sharding_label(layout.state_sharding)},
+               {"sequence_parallel", layout.sequence_parallel}}}};
+    if (!o.load_schedule.empty()) out["plan"]["schedule_file"] = o.load_schedule;
     if (!o.data.empty()) {
       Json per_step = Json::array();
       for (const SimResult& x : results) per_step.push_back(x.iteration_seconds);
@@ -249,7 +291,7 @@ void run_simulate(const SimulateOptions& o) {
   std::cout << fmt::format("{} ({:.2f}B parameters, {} layers) on {} × {}: dp {} tp {} pp {} vpp {}, {} schedule, "
                            "{} micro-batches of {} per replica\n",
                            model.name, static_cast<double>(model.parameters()) / 1e9, layers, cluster.devices,
-                           cluster.device.kind, dp, o.tp, o.pp, o.vpp, pipeline_kind_name(kind), micro_batches, o.mbs);
+                           cluster.device.kind, dp, layout.tp, layout.pp, layout.vpp, pipeline_kind_name(kind), micro_batches, o.mbs);
   if (!o.data.empty()) {
     std::cout << fmt::format("  data {} ({} batches), steps {}..{}: mean iteration {:.4f} s\n", o.data, o.batcher,
                              o.step, o.step + o.steps - 1, mean_seconds);
@@ -303,6 +345,9 @@ std::function<void()> add_simulate_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "Steps to simulate (the mean is reported)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the batcher's shuffle")->capture_default_str();
   cmd->add_option("--trace", o->trace, "Write the first step's timeline as Chrome trace JSON");
+  cmd->add_option("--save-schedule", o->save_schedule, "Write the generated schedule as JSON");
+  cmd->add_option("--load-schedule", o->load_schedule,
+                  "Simulate this schedule JSON instead of generating one (its layout replaces --dp/--tp/--pp/--vpp)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   return [o] { run_simulate(*o); };
 }

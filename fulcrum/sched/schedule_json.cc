@@ -1,0 +1,333 @@
+#include "fulcrum/sched/schedule_json.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/core/json_document.h"
+
+namespace fulcrum {
+namespace {
+
+using Json = nlohmann::json;
+
+const char* sharding_name(StateSharding s) {
+  switch (s) {
+    case StateSharding::kZero0: return "zero-0";
+    case StateSharding::kZero1: return "zero-1";
+    case StateSharding::kZero2: return "zero-2";
+    case StateSharding::kZero3: return "zero-3";
+    case StateSharding::kMegatronDistributedOptimizer: return "distributed-optimizer";
+  }
+  return "?";
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+const char* pass_name(Pass p) {
+  switch (p) {
+    case Pass::kForward: return "forward";
+    case Pass::kBackwardInput: return "backward_input";
+    case Pass::kBackwardWeight: return "backward_weight";
+    case Pass::kRecompute: return "recompute";
+  }
+  return "?";
+}
+
+const char* compute_name(OpKind op) {
+  switch (op) {
+    case OpKind::kForward: return "F";
+    case OpKind::kBackward: return "B";
+    case OpKind::kBackwardInput: return "BI";
+    case OpKind::kBackwardWeight: return "W";
+    default: return nullptr;
+  }
+}
+
+Json instruction_json(const Instruction& in) {
+  if (const char* name = compute_name(in.op)) return Json::array({name, in.stage, in.micro_batch});
+  switch (in.op) {
+    case OpKind::kSend:
+    case OpKind::kRecv:
+      return Json::array({in.op == OpKind::kSend ? "send" : "recv", payload_name(in.payload), in.stage,
+                          in.micro_batch, in.peer_stage});
+    case OpKind::kCollective:
+      return Json::array({"collective", collective_kind_name(in.collective), collective_tensor_name(in.tensor), in.stage});
+    case OpKind::kEncoderKernels:
+      return Json::array({"encoder", in.stage, in.micro_batch, in.layer, pass_name(in.pass), in.kernel_begin,
+                          in.kernel_end});
+    case OpKind::kWaveBoundary:
+      return Json::array({"wave", in.wave});
+    case OpKind::kAllocate:
+      return Json::array({"allocate", in.stage, in.buffer, in.bytes});
+    case OpKind::kFree:
+      return Json::array({"free", in.stage, in.buffer});
+    default:
+      return Json::array();
+  }
+}
+
+// Reading: every error names the file and where in it.
+class Reader {
+ public:
+  explicit Reader(const std::string& file) : file_(file) {}
+
+  template <typename... Args>
+  [[noreturn]] void fail(const std::string& where, fmt::format_string<Args...> format, Args&&... args) const {
+    throw InputError(fmt::format("{}: {}: {}", file_, where, fmt::format(format, std::forward<Args>(args)...)));
+  }
+
+  int64_t integer(const Json& j, const std::string& where, int64_t low, int64_t high) const {
+    if (!j.is_number_integer()) fail(where, "expected an integer");
+    const int64_t v = j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(high)
+                          ? high + 1
+                          : j.get<int64_t>();
+    if (v < low || v > high) fail(where, "{} is out of range [{}, {}]", v, low, high);
+    return v;
+  }
+  int32_t int32(const Json& j, const std::string& where, int64_t low = 0) const {
+    return static_cast<int32_t>(integer(j, where, low, std::numeric_limits<int32_t>::max()));
+  }
+  std::string string(const Json& j, const std::string& where) const {
+    if (!j.is_string()) fail(where, "expected a string");
+    return j.get<std::string>();
+  }
+  const Json& member(const Json& object, const char* key, const std::string& where) const {
+    auto it = object.find(key);
+    if (it == object.end()) fail(where, "missing key \"{}\"", key);
+    return *it;
+  }
+  void only_keys(const Json& object, std::initializer_list<const char*> keys, const std::string& where) const {
+    if (!object.is_object()) fail(where, "expected an object");
+    for (const auto& [key, value] : object.items()) {
+      bool known = false;
+      for (const char* k : keys) known = known || key == k;
+      if (!known) fail(where, "unknown key \"{}\"", key);
+    }
+  }
+
+  Instruction instruction(const Json& j, const std::string& where) const {
+    if (!j.is_array() || j.empty()) fail(where, "expected an instruction array");
+    const std::string name = string(j[0], where + "[0]");
+    auto arity = [&](size_t n) {
+      if (j.size() != n) fail(where, "\"{}\" takes {} fields, not {}", name, n, j.size());
+    };
+    auto at = [&](size_t i) { return fmt::format("{}[{}]", where, i); };
+    Instruction in;
+    for (OpKind op : {OpKind::kForward, OpKind::kBackward, OpKind::kBackwardInput, OpKind::kBackwardWeight}) {
+      if (name == compute_name(op)) {
+        arity(3);
+        in.op = op;
+        in.stage = int32(j[1], at(1));
+        in.micro_batch = int32(j[2], at(2));
+        return in;
+      }
+    }
+    if (name == "send" || name == "recv") {
+      arity(5);
+      in.op = name == "send" ? OpKind::kSend : OpKind::kRecv;
+      const std::string payload = string(j[1], at(1));
+      if (payload != "activation" && payload != "gradient") fail(at(1), "payload '{}': activation or gradient", payload);
+      in.payload = payload == "activation" ? Payload::kActivation : Payload::kGradient;
+      in.stage = int32(j[2], at(2));
+      in.micro_batch = int32(j[3], at(3));
+      in.peer_stage = int32(j[4], at(4));
+      return in;
+    }
+    if (name == "collective") {
+      arity(4);
+      in.op = OpKind::kCollective;
+      const std::string kind = string(j[1], at(1));
+      bool found = false;
+      for (CollectiveKind k : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather}) {
+        if (kind == collective_kind_name(k)) in.collective = k, found = true;
+      }
+      if (!found) fail(at(1), "collective '{}': all_reduce, reduce_scatter or all_gather", kind);
+      const std::string tensor = string(j[2], at(2));
+      if (tensor != "gradients" && tensor != "parameters") fail(at(2), "tensor '{}': gradients or parameters", tensor);
+      in.tensor = tensor == "gradients" ? CollectiveTensor::kGradients : CollectiveTensor::kParameters;
+      in.stage = int32(j[3], at(3));
+      return in;
+    }
+    if (name == "encoder") {
+      arity(7);
+      in.op = OpKind::kEncoderKernels;
+      in.stage = int32(j[1], at(1));
+      in.micro_batch = int32(j[2], at(2));
+      in.layer = int32(j[3], at(3));
+      const std::string pass = string(j[4], at(4));
+      bool found = false;
+      for (Pass p : {Pass::kForward, Pass::kBackwardInput, Pass::kBackwardWeight, Pass::kRecompute}) {
+        if (pass == pass_name(p)) in.pass = p, found = true;
+      }
+      if (!found) fail(at(4), "pass '{}': forward, backward_input, backward_weight or recompute", pass);
+      in.kernel_begin = int32(j[5], at(5));
+      in.kernel_end = int32(j[6], at(6));
+      return in;
+    }
+    if (name == "wave") {
+      arity(2);
+      in.op = OpKind::kWaveBoundary;
+      in.wave = int32(j[1], at(1));
+      return in;
+    }
+    if (name == "allocate") {
+      arity(4);
+      in.op = OpKind::kAllocate;
+      in.stage = int32(j[1], at(1));
+      in.buffer = int32(j[2], at(2));
+      in.bytes = integer(j[3], at(3), 0, int64_t{1} << 50);  // a petabyte: beyond any device
+      return in;
+    }
+    if (name == "free") {
+      arity(3);
+      in.op = OpKind::kFree;
+      in.stage = int32(j[1], at(1));
+      in.buffer = int32(j[2], at(2));
+      return in;
+    }
+    fail(at(0), "unknown instruction '{}'", name);
+  }
+
+  Schedule read(const Json& doc) const {
+    only_keys(doc, {"fulcrum", "kind", "pipeline", "layout", "micro_batches", "model_layers", "stages", "recompute",
+                    "programs"}, "schedule");
+    if (integer(member(doc, "fulcrum", "schedule"), "fulcrum", 1, 1) != 1) fail("fulcrum", "version 1 expected");
+    if (string(member(doc, "kind", "schedule"), "kind") != "schedule") fail("kind", "expected \"schedule\"");
+    Schedule s;
+    const std::string pipeline = string(member(doc, "pipeline", "schedule"), "pipeline");
+    try {
+      s.kind = parse_pipeline_kind(pipeline);
+    } catch (const InputError&) {
+      fail("pipeline", "'{}': gpipe, 1f1b, interleaved, zb-h1 or custom", pipeline);
+    }
+
+    const Json& layout = member(doc, "layout", "schedule");
+    only_keys(layout, {"dp", "tp", "pp", "vpp", "encoder_tp", "sequence_parallel", "state_sharding"}, "layout");
+    constexpr int64_t kMaxDegree = 1 << 20;  // a million devices in any one dimension
+    s.layout.dp = static_cast<int>(integer(member(layout, "dp", "layout"), "layout.dp", 1, kMaxDegree));
+    s.layout.tp = static_cast<int>(integer(member(layout, "tp", "layout"), "layout.tp", 1, kMaxDegree));
+    s.layout.pp = static_cast<int>(integer(member(layout, "pp", "layout"), "layout.pp", 1, kMaxDegree));
+    s.layout.vpp = static_cast<int>(integer(member(layout, "vpp", "layout"), "layout.vpp", 1, kMaxDegree));
+    if (layout.contains("encoder_tp")) {
+      s.layout.encoder_tp = static_cast<int>(integer(layout["encoder_tp"], "layout.encoder_tp", 0, kMaxDegree));
+    }
+    if (layout.contains("sequence_parallel")) {
+      if (!layout["sequence_parallel"].is_boolean()) fail("layout.sequence_parallel", "expected true or false");
+      s.layout.sequence_parallel = layout["sequence_parallel"].get<bool>();
+    }
+    const std::string sharding = string(member(layout, "state_sharding", "layout"), "layout.state_sharding");
+    bool found = false;
+    for (StateSharding k : {StateSharding::kZero0, StateSharding::kZero1, StateSharding::kZero2, StateSharding::kZero3,
+                            StateSharding::kMegatronDistributedOptimizer}) {
+      if (sharding == sharding_name(k)) s.layout.state_sharding = k, found = true;
+    }
+    if (!found) fail("layout.state_sharding", "'{}': zero-0 … zero-3 or distributed-optimizer", sharding);
+
+    s.micro_batches = int32(member(doc, "micro_batches", "schedule"), "micro_batches", 1);
+    s.model_layers = int32(member(doc, "model_layers", "schedule"), "model_layers", 1);
+
+    const Json& stages = member(doc, "stages", "schedule");
+    if (!stages.is_array()) fail("stages", "expected an array");
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const std::string where = fmt::format("stages[{}]", i);
+      if (!stages[i].is_array() || stages[i].size() != 2) fail(where, "expected [first_layer, end_layer]");
+      s.stages.push_back({int32(stages[i][0], where + "[0]"), int32(stages[i][1], where + "[1]")});
+    }
+
+    const Json& recompute = member(doc, "recompute", "schedule");
+    if (!recompute.is_array()) fail("recompute", "expected an array of [mode, layers]");
+    for (size_t i = 0; i < recompute.size(); ++i) {
+      const std::string where = fmt::format("recompute[{}]", i);
+      if (!recompute[i].is_array() || recompute[i].size() != 2) fail(where, "expected [mode, layers]");
+      const std::string mode = string(recompute[i][0], where + "[0]");
+      Recompute r;
+      if (mode == "none") {
+        r = Recompute::kNone;
+      } else if (mode == "selective") {
+        r = Recompute::kSelective;
+      } else if (mode == "full") {
+        r = Recompute::kFull;
+      } else {
+        fail(where + "[0]", "mode '{}': none, selective or full", mode);
+      }
+      const int64_t count = integer(recompute[i][1], where + "[1]", 1, s.model_layers);
+      if (static_cast<int64_t>(s.recompute.size()) + count > s.model_layers) {
+        fail(where, "more layers than the model's {}", s.model_layers);
+      }
+      s.recompute.insert(s.recompute.end(), static_cast<size_t>(count), r);
+    }
+
+    const Json& programs = member(doc, "programs", "schedule");
+    if (!programs.is_array()) fail("programs", "expected an array of programs");
+    for (size_t r = 0; r < programs.size(); ++r) {
+      const std::string where = fmt::format("programs[{}]", r);
+      if (!programs[r].is_array()) fail(where, "expected an array of instructions");
+      Program p;
+      p.instructions.reserve(programs[r].size());
+      for (size_t i = 0; i < programs[r].size(); ++i) {
+        p.instructions.push_back(instruction(programs[r][i], fmt::format("{}[{}]", where, i)));
+      }
+      s.programs.push_back(std::move(p));
+    }
+    return s;
+  }
+
+ private:
+  const std::string& file_;
+};
+
+}  // namespace
+
+std::string schedule_to_json(const Schedule& s) {
+  Json stages = Json::array();
+  for (const StageLayers& st : s.stages) stages.push_back({st.first_layer, st.end_layer});
+  Json recompute = Json::array();
+  for (size_t i = 0; i < s.recompute.size();) {
+    size_t j = i;
+    while (j < s.recompute.size() && s.recompute[j] == s.recompute[i]) ++j;
+    recompute.push_back({recompute_name(s.recompute[i]), j - i});
+    i = j;
+  }
+  // One line per program keeps the file readable without a JSON viewer.
+  std::string programs = "[";
+  for (size_t r = 0; r < s.programs.size(); ++r) {
+    Json program = Json::array();
+    for (const Instruction& in : s.programs[r].instructions) program.push_back(instruction_json(in));
+    programs += fmt::format("{}\n  {}", r ? "," : "", program.dump());
+  }
+  programs += "\n]";
+  const Json layout{{"dp", s.layout.dp},
+                    {"tp", s.layout.tp},
+                    {"pp", s.layout.pp},
+                    {"vpp", s.layout.vpp},
+                    {"encoder_tp", s.layout.encoder_tp},
+                    {"sequence_parallel", s.layout.sequence_parallel},
+                    {"state_sharding", sharding_name(s.layout.state_sharding)}};
+  return fmt::format(
+      "{{\"fulcrum\": 1, \"kind\": \"schedule\", \"pipeline\": \"{}\",\n\"layout\": {},\n\"micro_batches\": {}, "
+      "\"model_layers\": {},\n\"stages\": {},\n\"recompute\": {},\n\"programs\": {}}}\n",
+      pipeline_kind_name(s.kind), layout.dump(), s.micro_batches, s.model_layers, stages.dump(), recompute.dump(),
+      programs);
+}
+
+Schedule schedule_from_json(std::string_view text, const std::string& file) {
+  const Json doc = parse_json_document(text, file);
+  try {
+    return Reader(file).read(doc);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: {}", file, e.what()));
+  }
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,34 @@
+#ifndef FULCRUM_SCHED_SCHEDULE_JSON_H_
+#define FULCRUM_SCHED_SCHEDULE_JSON_H_
+
+#include <string>
+#include <string_view>
+
+#include "fulcrum/sched/schedule.h"
+
+namespace fulcrum {
+
+// The versioned JSON form of a Schedule:
+//   {"fulcrum": 1, "kind": "schedule", "pipeline": "interleaved",
+//    "layout": {"dp": 24, "tp": 8, "pp": 8, "vpp": 12, "encoder_tp": 0, "sequence_parallel": true,
+//               "state_sharding": "distributed-optimizer"},
+//    "micro_batches": 32, "model_layers": 149,
+//    "stages": [[0, 6], [6, 7], ...],              first and end layer of each virtual stage
+//    "recompute": [["selective", 149]],            runs of [mode, layers] in layer order
+//    "programs": [[instruction, ...], ...]}        one per pipeline rank
+// Instructions are short arrays, so a 16,384-device schedule stays a few megabytes:
+//   ["F", stage, mb]  ["B", stage, mb]  ["BI", stage, mb]  ["W", stage, mb]
+//   ["send", "activation"|"gradient", stage, mb, peer_stage]   ["recv", ..., stage, mb, peer_stage]
+//   ["collective", "all_reduce"|"reduce_scatter"|"all_gather", "gradients"|"parameters", stage]
+//   ["encoder", stage, mb, layer, "forward"|"backward_input"|"backward_weight"|"recompute", first, end]
+//   ["wave", wave]   ["allocate", stage, buffer, bytes]   ["free", stage, buffer]
+// state_sharding is "zero-0" … "zero-3" or "distributed-optimizer".
+std::string schedule_to_json(const Schedule& schedule);
+
+// Reads the form above. Throws InputError "<file>: <where>: <what>" for malformed JSON, unknown keys or
+// instruction names, wrong types and numbers out of range; it does not check the schedule can run (validate()).
+Schedule schedule_from_json(std::string_view text, const std::string& file);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SCHED_SCHEDULE_JSON_H_
