@@ -5,6 +5,8 @@ FUZZ_BUILD  ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS        ?= $(shell nproc)
 DATA        ?= data/internvl_sft_1.2M.json
+DEMO_SIM    := --model internvl-chat-1.5 --cluster a100:256 --gbs 1024 --mbs 4 --pp 8 --encoder-placement spread \
+               --recompute full --distributed-optimizer --data $(DATA) --steps 20
 
 .PHONY: all setup configure demo test test-asan fuzz bench clean
 
@@ -21,6 +23,9 @@ demo: setup all
 	$(BUILD)/fulcrum stats --data $(DATA)
 	$(BUILD)/fulcrum batch --data $(DATA) --dp 8 --compare --search
 	$(BUILD)/fulcrum batch --data $(DATA) --dp 64 --compare --search
+	@echo "== InternVL-Chat-1.5 on 256 A100s (PP 8, encoder spread over the stages): random batches, then balanced"
+	$(BUILD)/fulcrum simulate $(DEMO_SIM) --batcher random
+	$(BUILD)/fulcrum simulate $(DEMO_SIM) --batcher fulcrum
 
 test: setup all
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -307,7 +307,7 @@ std::string schedule_to_json(const Schedule& s) {
     programs += fmt::format("{}\n  {}", r ? "," : "", program.dump());
   }
   programs += "\n]";
-  const Json layout{{"dp", s.layout.dp},
+  const nlohmann::ordered_json layout{{"dp", s.layout.dp},
                     {"tp", s.layout.tp},
                     {"pp", s.layout.pp},
                     {"vpp", s.layout.vpp},

@@ -1,0 +1,118 @@
+// Properties of generated schedules and their simulation on random plans and random per-replica loads.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/model/model_presets.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+#include "fulcrum/sched/schedule_json.h"
+#include "fulcrum/sched/validate.h"
+#include "fulcrum/sim/simulator.h"
+
+namespace fulcrum {
+namespace {
+
+struct RandomPlan {
+  Schedule schedule;
+  MicroBatchLoads loads;
+  ClusterSpec cluster;
+  std::string description;
+};
+
+RandomPlan random_plan(const ModelSpec& model, std::mt19937_64& rng) {
+  auto pick = [&](std::initializer_list<int> values) {
+    return *(values.begin() + std::uniform_int_distribution<size_t>(0, values.size() - 1)(rng));
+  };
+  ParallelLayout layout;
+  layout.pp = pick({1, 2, 3, 4});
+  layout.dp = pick({1, 2, 3, 5});
+  layout.tp = pick({1, 2});
+  layout.sequence_parallel = rng() % 2 == 0;
+  layout.state_sharding = static_cast<StateSharding>(rng() % 5);
+  const PipelineKind kind = static_cast<PipelineKind>(rng() % 4);
+  layout.vpp = kind == PipelineKind::kInterleaved ? pick({1, 2, 3}) : 1;
+  int m = pick({1, 2, 3, 4, 6, 8});
+  if (kind == PipelineKind::kInterleaved) m = layout.pp * pick({1, 2, 3});
+  const auto placement = rng() % 2 ? EncoderPlacement::kFirstStage : EncoderPlacement::kSpread;
+  std::vector<Recompute> recompute(flattened_layers(model));
+  for (Recompute& r : recompute) r = static_cast<Recompute>(rng() % 3);
+  RandomPlan p;
+  p.schedule = make_pipeline_schedule(kind, layout, m, partition_layers(model, layout.stages(), placement), recompute);
+  p.cluster = cluster_preset(fmt::format("{}:{}", rng() % 2 ? "a100" : "h100", layout.devices()));
+  // Uneven replicas: each micro-batch packs 1–4 samples of 100–3,000 tokens and 0–3 images each.
+  const int replicas = rng() % 3 == 0 ? 1 : layout.dp;
+  p.loads.per_replica.resize(replicas);
+  for (auto& replica : p.loads.per_replica) {
+    for (int j = 0; j < m; ++j) {
+      MicroBatchLoad load;
+      const int samples = 1 + static_cast<int>(rng() % 4);
+      for (int k = 0; k < samples; ++k) {
+        load.add_packed(static_cast<uint32_t>(rng() % 4), 100 + static_cast<uint32_t>(rng() % 2900));
+      }
+      replica.push_back(load);
+    }
+  }
+  p.description = fmt::format("{} dp {} tp {} pp {} vpp {} m {} sharding {} replicas {}", pipeline_kind_name(kind),
+                              layout.dp, layout.tp, layout.pp, layout.vpp, m, static_cast<int>(layout.state_sharding),
+                              replicas);
+  return p;
+}
+
+TEST(SimulatorProperties, RandomPlansValidateSimulateAndAddUp) {
+  const ModelSpec model = model_preset("vit-3b+gpt-11b");
+  std::mt19937_64 rng(20261123);
+  for (int trial = 0; trial < 400; ++trial) {
+    const RandomPlan p = random_plan(model, rng);
+    SCOPED_TRACE(p.description);
+    ASSERT_NO_THROW(validate(p.schedule));
+    // The JSON form reads back to the same schedule.
+    const std::string text = schedule_to_json(p.schedule);
+    ASSERT_EQ(schedule_to_json(schedule_from_json(text, "s.json")), text);
+    const AnalyticCost cost(p.cluster);
+    SimOptions options;
+    options.timeline = trial % 10 == 0;
+    const SimResult r = simulate(p.schedule, model, p.cluster, cost, cost.efficiency(), p.loads, options);
+    ASSERT_GT(r.iteration_seconds, 0);
+    // Every device's busy and idle time add up to the iteration, with no negative cause.
+    for (const TimeBreakdown& t : r.per_device) {
+      EXPECT_NEAR(t.total(), r.iteration_seconds, 1e-9 * r.iteration_seconds);
+      for (double part : {t.compute, t.pp_warmup, t.pp_cooldown, t.pp_other, t.tp_comm, t.dp_comm, t.dp_wait}) {
+        EXPECT_GE(part, -1e-12);
+      }
+    }
+    EXPECT_GE(r.hardware_flops, r.model_flops * (1 - 1e-12));
+    EXPECT_LE(r.mfu, 1.0);
+    // The same inputs give the same result.
+    const SimResult again = simulate(p.schedule, model, p.cluster, cost, cost.efficiency(), p.loads, options);
+    EXPECT_EQ(again.iteration_seconds, r.iteration_seconds);
+    EXPECT_EQ(again.peak_memory_bytes, r.peak_memory_bytes);
+    EXPECT_EQ(again.timeline.size(), r.timeline.size());
+  }
+}
+
+// One replica standing for all gives the same answer as every replica simulated with the same loads.
+TEST(SimulatorProperties, IdenticalReplicasSimulatedOnceMatchAllOfThem) {
+  const ModelSpec model = model_preset("vit-3b+gpt-11b");
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    RandomPlan p = random_plan(model, rng);
+    SCOPED_TRACE(p.description);
+    MicroBatchLoads one;
+    one.per_replica = {p.loads.per_replica[0]};
+    MicroBatchLoads all;
+    all.per_replica.assign(p.schedule.layout.dp, p.loads.per_replica[0]);
+    const AnalyticCost cost(p.cluster);
+    const SimResult a = simulate(p.schedule, model, p.cluster, cost, cost.efficiency(), one);
+    const SimResult b = simulate(p.schedule, model, p.cluster, cost, cost.efficiency(), all);
+    EXPECT_NEAR(a.iteration_seconds, b.iteration_seconds, 1e-12 * b.iteration_seconds);
+    EXPECT_NEAR(a.model_flops, b.model_flops, 1e-9 * b.model_flops);
+    EXPECT_EQ(a.peak_memory_bytes, b.peak_memory_bytes);
+    EXPECT_EQ(a.simulated_devices, p.schedule.layout.pp);
+    EXPECT_EQ(b.simulated_devices, static_cast<int64_t>(p.schedule.layout.dp) * p.schedule.layout.pp);
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum
