@@ -81,6 +81,8 @@ struct StageInfo {
   double gradient_bytes = 0;        // what the gradient collective moves (whole stage, one device's share)
   double parameter_bytes = 0;       // what a parameter all-gather assembles
   double optimizer_seconds = 0;
+  int64_t parameter_layers = 0;          // layers holding parameters
+  int64_t largest_layer_parameters = 0;  // on one device
   // The activation sent to the next stage: the width of the stage's last layer, on encoder or LLM tokens.
   int64_t boundary_width = 0;
   int boundary_component = 0;
@@ -111,6 +113,7 @@ struct CollectiveState {
   int arrived = 0;
   double ready = 0;
   bool resolved = false;
+  double start = 0;
   double end = 0;
 };
 
@@ -239,6 +242,11 @@ class Simulator {
         const int cls = layer_class_[layer];
         const LayerSpec& spec = model_.components[c].layers[layer - first_layer_of(c)];
         params_by_component[c] += spec.parameters();
+        if (spec.parameters() > 0) {
+          ++info.parameter_layers;
+          info.largest_layer_parameters =
+              std::max(info.largest_layer_parameters, spec.parameters() / sharding(c).tp);
+        }
         if (cls < 0) continue;
         const Recompute rc = s_.recompute[layer];
         if (!info.entries.empty() && info.entries.back().cls == cls && info.entries.back().recompute == rc) {
@@ -266,8 +274,8 @@ class Simulator {
         }
       }
       if (l.state_sharding == StateSharding::kZero3) {
-        // The gathered parameters of the stage in use and of the one prefetched.
-        info.state_bytes += 2 * info.parameter_bytes;
+        // Gathered layer by layer: the layer in use and the one prefetched.
+        info.state_bytes += 2 * 2.0 * static_cast<double>(info.largest_layer_parameters);
       }
     }
   }
@@ -546,20 +554,28 @@ class Simulator {
         case OpKind::kBackwardInput:
         case OpKind::kBackwardWeight: {
           auto& gathers = dev.pending_gathers[in.stage / pp_];
+          // The stage's parameters: gathered whole before the first pass (ZeRO-1/2, distributed optimizer), or
+          // layer by layer under ZeRO-3, where the pass starts once its first layer has arrived and ends no
+          // sooner than its last layer's compute after the gather ends.
           double gathered = 0;
+          double gather_end = 0;
+          const double layers = static_cast<double>(std::max<int64_t>(1, stages_[in.stage].parameter_layers));
+          const PassSeconds p = op_seconds(in.op, in.stage, replica, in.micro_batch);
           if (!gathers.empty()) {
             const CollectiveState& g = collectives_[rank][gathers.front()];
             if (!g.resolved) {
               dev.waiting = true;
               return;
             }
-            gathered = g.end;
+            const bool per_layer = s_.layout.state_sharding == StateSharding::kZero3;
+            gathered = per_layer ? g.start + (g.end - g.start) / layers : g.end;
+            gather_end = per_layer ? g.end + p.total() / layers : 0;
             gathers.pop_front();
           }
-          const PassSeconds p = op_seconds(in.op, in.stage, replica, in.micro_batch);
           const double start = std::max({dev.compute_free, dev.ready, gathered});
           account_gap(dev, start, gathered > std::max(dev.compute_free, dev.ready), false);
-          const double end = start + p.total();
+          const double end = std::max(start + p.total(), gather_end);
+          dev.time.dp_comm += end - (start + p.total());
           dev.time.compute += p.compute;
           dev.time.tp_comm += p.comm;
           dev.compute_free = end;
@@ -662,6 +678,7 @@ class Simulator {
     CollectiveState& c = collectives_[rank][k];
     const double previous = k > 0 ? collectives_[rank][k - 1].end : 0;
     const double start = std::max(c.ready, previous);
+    c.start = start;
     c.end = start + collective_duration(in);
     c.resolved = true;
     for (int replica = 0; replica < replicas_; ++replica) {

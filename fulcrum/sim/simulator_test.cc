@@ -117,6 +117,31 @@ TEST(Simulate, GradientAllReduceTakesTheRingTime) {
   EXPECT_NEAR(r.critical.dp_comm, ring, 1e-12);
 }
 
+// ZeRO-3 gathers a stage's parameters layer by layer before each pass and overlaps the gather with compute:
+// on slow links the iteration is the forward gather, the backward gather (prefetched while the forward runs)
+// and the gradient reduce-scatter one after another, plus the backward's last layer between the last two.
+TEST(Simulate, ZeroThreeOverlapsLayerGathersWithCompute) {
+  const int dp = 4, layers = 4;
+  const Schedule s = test_schedule(PipelineKind::kOneFOneB, 1, 1, 1, layers, dp, StateSharding::kZero3);
+  ClusterSpec cluster = instant_cluster(dp);
+  cluster.device.devices_per_node = 1;
+  cluster.device.inter_node_bytes_per_second = 10;
+  const ModelSpec model = blocks_only_model(layers);
+  const double bytes = 2.0 * static_cast<double>(model.parameters());
+  const double gather = 3.0 / 4 * bytes / 10;  // ring all-gather (and reduce-scatter) over 4
+  const PerTokenCost cost(0.25, 0.5, 0);       // a pass: 1 s forward, 2 s backward over the 4 layers
+  const SimResult slow = simulate(s, model, cluster, cost, instant_efficiency(), uniform_loads(1, 1, 1, 0));
+  ASSERT_GT(gather, 100.0);
+  EXPECT_NEAR(slow.iteration_seconds, 3 * gather + 0.5, 1e-6);
+  EXPECT_NEAR(slow.critical.compute, 3.0, 1e-9);
+  // On free links the passes run back to back.
+  const SimResult fast = simulate(s, model, instant_cluster(dp), cost, instant_efficiency(), uniform_loads(1, 1, 1, 0));
+  EXPECT_NEAR(fast.iteration_seconds, 3.0, 1e-9);
+  // Memory: the sharded state plus two gathered layers, never the whole model.
+  const double layer = 2.0 * static_cast<double>(model.components[0].layers[0].parameters());
+  EXPECT_NEAR(fast.state_memory_bytes[0], 16.0 * static_cast<double>(model.parameters()) / dp + 2 * layer, 1e-6);
+}
+
 TEST(CollectiveCost, RingAndTreeClosedForms) {
   EXPECT_DOUBLE_EQ(ring_all_reduce_seconds(8e9, 8, 1e10, 1e-5), 2.0 * 7 / 8 * 0.8 + 14e-5);
   EXPECT_DOUBLE_EQ(ring_reduce_scatter_seconds(8e9, 8, 1e10, 1e-5), 7.0 / 8 * 0.8 + 7e-5);
