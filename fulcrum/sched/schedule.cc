@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "fulcrum/core/error.h"
 
 namespace fulcrum {
@@ -77,6 +79,21 @@ int Schedule::stage_of_layer(int64_t layer) const {
     if (layer >= stages[s].first_layer && layer < stages[s].end_layer) return static_cast<int>(s);
   }
   return -1;
+}
+
+std::vector<int> max_micro_batches_in_flight(const Schedule& schedule) {
+  std::vector<int> now(schedule.stages.size(), 0), most(schedule.stages.size(), 0);
+  for (const Program& p : schedule.programs) {
+    for (const Instruction& in : p.instructions) {
+      if (in.stage < 0 || static_cast<size_t>(in.stage) >= now.size()) continue;
+      if (in.op == OpKind::kForward) {
+        most[in.stage] = std::max(most[in.stage], ++now[in.stage]);
+      } else if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput) {
+        --now[in.stage];
+      }
+    }
+  }
+  return most;
 }
 
 }  // namespace fulcrum

@@ -125,6 +125,11 @@ struct Schedule {
   int stage_of_layer(int64_t layer) const;
 };
 
+// Per stage, the most micro-batches whose activations it holds at once: forwards run minus backwards (whole, or
+// the input-gradient half, after which a zero-bubble schedule's deferred weight gradient keeps only the
+// matmul inputs), over its rank's program. 1F1B's first stage holds pp; GPipe's every stage holds all.
+std::vector<int> max_micro_batches_in_flight(const Schedule& schedule);
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_SCHED_SCHEDULE_H_

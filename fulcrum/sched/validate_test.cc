@@ -147,6 +147,16 @@ TEST(Validate, WaveBoundariesMustMatchAcrossRanks) {
   EXPECT_EQ(error_of(s), "");
 }
 
+TEST(PipelineSchedules, MicroBatchesInFlight) {
+  // 1F1B: stage r holds pp − r; GPipe: all m; ZB-H1: as 1F1B until the input gradients.
+  EXPECT_EQ(max_micro_batches_in_flight(schedule(PipelineKind::kOneFOneB, 4, 1, 8)), (std::vector<int>{4, 3, 2, 1}));
+  EXPECT_EQ(max_micro_batches_in_flight(schedule(PipelineKind::kGpipe, 3, 1, 5)), (std::vector<int>{5, 5, 5}));
+  EXPECT_EQ(max_micro_batches_in_flight(schedule(PipelineKind::kZeroBubbleH1, 4, 1, 8)),
+            (std::vector<int>{4, 3, 2, 1}));
+  // Fewer micro-batches than stages: no more than there are.
+  EXPECT_EQ(max_micro_batches_in_flight(schedule(PipelineKind::kOneFOneB, 4, 1, 2)), (std::vector<int>{2, 2, 2, 1}));
+}
+
 TEST(PipelineSchedules, RefuseImpossibleCombinations) {
   EXPECT_THROW(schedule(PipelineKind::kInterleaved, 4, 2, 6), InputError);  // 6 micro-batches, pp 4
   EXPECT_THROW(schedule(PipelineKind::kOneFOneB, 2, 2, 4), InputError);     // 1F1B has no chunks

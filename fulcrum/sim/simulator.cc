@@ -65,6 +65,8 @@ PassSeconds scaled(const PassSeconds& p, double k) { return {p.compute * k, p.co
 struct ClassCost {
   PassSeconds forward, backward_input, backward_weight, recompute_selective, recompute_full;
   double activation_bytes[3] = {0, 0, 0};  // by Recompute
+  // Of those, what the weight gradient still needs after the input gradient: the inputs of the matmuls.
+  double weight_input_bytes[3] = {0, 0, 0};
   double model_flops = 0;
   double recompute_flops[3] = {0, 0, 0};
 };
@@ -355,6 +357,7 @@ class Simulator {
       for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
         const int i = static_cast<int>(r);
         cc.activation_bytes[i] = activation_bytes(*lc.layer, batch, w.sharding, r, options_.dropout);
+        cc.weight_input_bytes[i] = std::min(cc.activation_bytes[i], matmul_input_bytes(*lc.layer, batch, w.sharding));
         cc.recompute_flops[i] = r == Recompute::kNone ? 0 : layer_flops(*lc.layer, Pass::kRecompute, batch, comp.trainable, r).total();
       }
       if (lc.layer->kind == LayerKind::kLmHead) {
@@ -398,13 +401,27 @@ class Simulator {
     return out;
   }
 
-  double stage_activation_bytes(int stage, int replica, int micro_batch) {
+  // Activation bytes a stage keeps for a micro-batch from its forward; with `weight_inputs_only`, the part its
+  // weight gradient still needs once the input gradient has run.
+  double stage_activation_bytes(int stage, int replica, int micro_batch, bool weight_inputs_only = false) {
     double bytes = 0;
     for (const StageEntry& e : stages_[stage].entries) {
-      bytes += static_cast<double>(e.count) *
-               class_cost(replica, micro_batch, e.cls).activation_bytes[static_cast<int>(e.recompute)];
+      const ClassCost& cc = class_cost(replica, micro_batch, e.cls);
+      const int r = static_cast<int>(e.recompute);
+      bytes += static_cast<double>(e.count) * (weight_inputs_only ? cc.weight_input_bytes[r] : cc.activation_bytes[r]);
     }
     return bytes;
+  }
+
+  // The inputs of a transformer block's matmuls (QKV, output projection, the MLP's two), in 16-bit, on one
+  // device: what its weight gradient reads.
+  static double matmul_input_bytes(const LayerSpec& l, const TokenBatch& batch, const TensorSharding& sharding) {
+    if (l.kind != LayerKind::kTransformerBlock) return 0;
+    const double t = static_cast<double>(batch.tokens), tp = std::max(1, sharding.tp);
+    const double outside = sharding.sequence_parallel ? tp : 1;
+    const double h = static_cast<double>(l.hidden), q = static_cast<double>(l.heads * l.head_dim);
+    const double f = static_cast<double>(l.ffn);
+    return 2 * t * (2 * h / outside + (q + f) / tp);
   }
 
   void count_flops(int stage, int replica, int micro_batch) {
@@ -588,10 +605,13 @@ class Simulator {
             dev.activation_bytes += stage_activation_bytes(in.stage, replica, in.micro_batch);
             note_memory(d, end);
             count_flops(in.stage, replica, in.micro_batch);
-          } else if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardWeight) {
-            // Activations are held until the weight gradient has used them (an upper bound for zero-bubble
-            // schedules, whose input-gradient half frees part of them).
-            dev.activation_bytes -= stage_activation_bytes(in.stage, replica, in.micro_batch);
+          } else {
+            // The input-gradient half frees all but the matmul inputs, which the weight gradient frees.
+            const double all = stage_activation_bytes(in.stage, replica, in.micro_batch);
+            const double weight_inputs = stage_activation_bytes(in.stage, replica, in.micro_batch, true);
+            dev.activation_bytes -= in.op == OpKind::kBackward        ? all
+                                    : in.op == OpKind::kBackwardInput ? all - weight_inputs
+                                                                      : weight_inputs;
             note_memory(d, end);
           }
           break;
