@@ -24,6 +24,58 @@ MicroBatchLoads uniform_loads(int micro_batches, int64_t sequences, int64_t toke
   return {{std::vector<MicroBatchLoad>(static_cast<size_t>(std::max(0, micro_batches)), load)}};
 }
 
+TokenBatch component_batch(const ModelSpec& model, int component, const MicroBatchLoad& mb) {
+  const ComponentSpec& c = model.components[component];
+  if (c.role == ComponentRole::kLlm) return {mb.sequences, mb.llm_tokens, mb.llm_tokens_squared};
+  const ComponentSpec* encoder = nullptr;  // for a projector: the encoder before it
+  for (int k = component; k >= 0; --k) {
+    if (model.components[k].role == ComponentRole::kEncoder) {
+      encoder = &model.components[k];
+      break;
+    }
+  }
+  if (!encoder || mb.vision <= 0) return {};
+  const int64_t merge = c.role == ComponentRole::kProjector ? std::max<int64_t>(1, encoder->merge) : 1;
+  if (encoder->tokens_per_item > 0) {
+    const int64_t t = std::max<int64_t>(1, encoder->tokens_per_item / merge);
+    return {mb.vision, mb.vision * t, mb.vision * t * t};
+  }
+  // Dynamic resolution: one image per sample, its patch tokens.
+  const int64_t tokens = std::max<int64_t>(1, mb.vision / merge);
+  const int64_t sequences = std::max<int64_t>(1, mb.sequences);
+  return {sequences, tokens, tokens * tokens / sequences};
+}
+
+double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int rank) {
+  const ParallelLayout& l = schedule.layout;
+  std::vector<int> component_of;
+  std::vector<const LayerSpec*> layer;
+  for (int c = 0; c < static_cast<int>(model.components.size()); ++c) {
+    for (const LayerSpec& spec : model.components[c].layers) {
+      component_of.push_back(c);
+      layer.push_back(&spec);
+    }
+  }
+  double bytes = 0;
+  int64_t largest = 0;
+  for (int chunk = 0; chunk < l.vpp; ++chunk) {
+    const StageLayers& st = schedule.stages[chunk * l.pp + rank];
+    std::vector<int64_t> params(model.components.size(), 0);
+    for (int32_t i = st.first_layer; i < st.end_layer; ++i) {
+      const int c = component_of[i];
+      const int64_t per_device = layer[i]->parameters() / l.component_tp(model.components[c].role != ComponentRole::kLlm);
+      params[c] += per_device;
+      largest = std::max(largest, per_device);
+    }
+    for (size_t c = 0; c < params.size(); ++c) {
+      if (params[c] > 0) bytes += training_state_bytes(params[c], l.dp, l.state_sharding, model.components[c].trainable).total();
+    }
+  }
+  // ZeRO-3 gathers layer by layer: the layer in use and the one prefetched.
+  if (l.state_sharding == StateSharding::kZero3) bytes += 2 * 2.0 * static_cast<double>(largest);
+  return bytes;
+}
+
 namespace {
 
 constexpr double kActivationBytes = 2;  // 16-bit activations between stages
@@ -79,12 +131,10 @@ struct StageEntry {
 
 struct StageInfo {
   std::vector<StageEntry> entries;  // layers that run
-  double state_bytes = 0;           // parameters, gradients, optimizer state on one device
   double gradient_bytes = 0;        // what the gradient collective moves (whole stage, one device's share)
   double parameter_bytes = 0;       // what a parameter all-gather assembles
   double optimizer_seconds = 0;
   int64_t parameter_layers = 0;          // layers holding parameters
-  int64_t largest_layer_parameters = 0;  // on one device
   // The activation sent to the next stage: the width of the stage's last layer, on encoder or LLM tokens.
   int64_t boundary_width = 0;
   int boundary_component = 0;
@@ -244,11 +294,7 @@ class Simulator {
         const int cls = layer_class_[layer];
         const LayerSpec& spec = model_.components[c].layers[layer - first_layer_of(c)];
         params_by_component[c] += spec.parameters();
-        if (spec.parameters() > 0) {
-          ++info.parameter_layers;
-          info.largest_layer_parameters =
-              std::max(info.largest_layer_parameters, spec.parameters() / sharding(c).tp);
-        }
+        if (spec.parameters() > 0) ++info.parameter_layers;
         if (cls < 0) continue;
         const Recompute rc = s_.recompute[layer];
         if (!info.entries.empty() && info.entries.back().cls == cls && info.entries.back().recompute == rc) {
@@ -262,8 +308,6 @@ class Simulator {
       for (const auto& [c, params] : params_by_component) {
         const ComponentSpec& comp = model_.components[c];
         const int64_t per_device = params / sharding(c).tp;
-        const TrainingStateBytes state = training_state_bytes(per_device, l.dp, l.state_sharding, comp.trainable);
-        info.state_bytes += state.total();
         info.parameter_bytes += 2.0 * static_cast<double>(per_device);
         if (comp.trainable) {
           const double gradient_element =
@@ -274,10 +318,6 @@ class Simulator {
           info.optimizer_seconds +=
               kOptimizerBytesPerParameter * shard / (cluster_.device.memory_bytes_per_second * eff_.memory);
         }
-      }
-      if (l.state_sharding == StateSharding::kZero3) {
-        // Gathered layer by layer: the layer in use and the one prefetched.
-        info.state_bytes += 2 * 2.0 * static_cast<double>(info.largest_layer_parameters);
       }
     }
   }
@@ -295,28 +335,7 @@ class Simulator {
     return static_cast<int64_t>(replicas_ == 1 ? 0 : replica) * s_.micro_batches + micro_batch;
   }
 
-  // The tokens a component processes for a micro-batch.
-  TokenBatch batch_for(int component, const MicroBatchLoad& mb) const {
-    const ComponentSpec& c = model_.components[component];
-    const ComponentSpec* encoder = nullptr;  // for a projector: the encoder before it
-    for (int k = component; k >= 0; --k) {
-      if (model_.components[k].role == ComponentRole::kEncoder) {
-        encoder = &model_.components[k];
-        break;
-      }
-    }
-    if (c.role == ComponentRole::kLlm) return {mb.sequences, mb.llm_tokens, mb.llm_tokens_squared};
-    if (!encoder || mb.vision <= 0) return {};
-    const int64_t merge = c.role == ComponentRole::kProjector ? std::max<int64_t>(1, encoder->merge) : 1;
-    if (encoder->tokens_per_item > 0) {
-      const int64_t t = std::max<int64_t>(1, encoder->tokens_per_item / merge);
-      return {mb.vision, mb.vision * t, mb.vision * t * t};
-    }
-    // Dynamic resolution: one image per sample, its patch tokens.
-    const int64_t tokens = std::max<int64_t>(1, mb.vision / merge);
-    const int64_t sequences = std::max<int64_t>(1, mb.sequences);
-    return {sequences, tokens, tokens * tokens / sequences};
-  }
+  TokenBatch batch_for(int component, const MicroBatchLoad& mb) const { return component_batch(model_, component, mb); }
 
   PassSeconds pass_seconds(const LayerWork& work) const {
     PassSeconds out;
@@ -733,7 +752,7 @@ class Simulator {
         dev.forwards_total = forwards;
         dev.pending_gathers.resize(s_.layout.vpp);
       }
-      for (int chunk = 0; chunk < s_.layout.vpp; ++chunk) rank_state_bytes_[r] += stages_[chunk * pp_ + r].state_bytes;
+      rank_state_bytes_[r] = rank_state_bytes(s_, model_, r);
     }
     if (options_.timeline) {
       timeline_.resize(device_count);

@@ -25,6 +25,15 @@ struct MicroBatchLoads {
 // per sample: the synthetic load of a benchmark configuration.
 MicroBatchLoads uniform_loads(int micro_batches, int64_t sequences, int64_t tokens, int64_t images);
 
+// The tokens component `component` of `model` processes for a micro-batch: the LLM its tokens; an encoder its
+// items' patch tokens (fixed per item, or dynamic: one image per sample); a projector the encoder's tokens after
+// the merge.
+TokenBatch component_batch(const ModelSpec& model, int component, const MicroBatchLoad& load);
+
+// Parameters, gradients and optimizer state on one device of pipeline rank `rank` (all its chunks), as the
+// simulator counts them.
+double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int rank);
+
 struct SimOptions {
   // Keep the timeline (compute and communication intervals, memory) of one pipeline replica: the replica of
   // the critical device.

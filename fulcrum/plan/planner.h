@@ -1,0 +1,85 @@
+#ifndef FULCRUM_PLAN_PLANNER_H_
+#define FULCRUM_PLAN_PLANNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fulcrum/core/dataset.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/model/model_spec.h"
+#include "fulcrum/sched/schedule.h"
+#include "fulcrum/sim/simulator.h"
+
+namespace fulcrum {
+
+// How a plan is made, from what users run today to Fulcrum's own:
+//   zero3     InternVL's released recipe: pure data parallelism with ZeRO-3, 4 samples per device, random padded
+//             batches, full recomputation
+//   megatron  Megatron-LM's rules, searched over configurations: the encoders in the first stage, LLM blocks split
+//             evenly, full recomputation everywhere, random padded batches
+//   balanced  megatron with an even-cost partition of the whole layer chain ("Megatron-LM balanced")
+//   omnibal   ISF batches, OmniBal's anchored partition search, adaptive recomputation
+//   fulcrum   Fulcrum's batches, the exact min-max partition (boundary transfers included), adaptive
+//             recomputation, and the full search (zero-bubble schedules too)
+enum class Strategy { kZero3, kMegatron, kBalanced, kOmnibal, kFulcrum };
+std::string_view strategy_name(Strategy strategy);
+Strategy parse_strategy(std::string_view name);  // InputError for an unknown name
+
+// One point of the configuration space.
+struct ParallelConfig {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int vpp = 1;
+  int64_t mbs = 1;  // samples per micro-batch (random batches); Fulcrum's and ISF's micro-batches vary around it
+  int encoder_tp = 0;
+  bool sequence_parallel = false;
+  StateSharding sharding = StateSharding::kMegatronDistributedOptimizer;
+  PipelineKind schedule = PipelineKind::kOneFOneB;
+};
+
+struct PlanRequest {
+  ModelSpec model;
+  ClusterSpec cluster;
+  int64_t gbs = 0;  // samples per iteration over all replicas
+  // The data the epoch runs over. Without it, `synthetic_steps` steps of identical samples of `seq` tokens
+  // and `images_per_sample` encoder items.
+  const Dataset* data = nullptr;
+  int64_t seq = 2048;
+  int64_t images_per_sample = 1;
+  int synthetic_steps = 8;
+  uint64_t seed = 0;
+  // megatron and balanced: this configuration instead of a search (reproductions of published baselines).
+  std::optional<ParallelConfig> pinned;
+  int sampled_steps = 8;  // steps of the epoch simulated per candidate, spread evenly; their mean is used
+  int threads = 2;
+  bool progress = true;  // a progress bar on stderr when it is a terminal
+};
+
+struct TrainingPlan {
+  Strategy strategy = Strategy::kFulcrum;
+  ParallelConfig config;
+  std::string batcher;
+  Schedule schedule;  // stages and per-layer recomputation included
+  int micro_batches = 0;
+  int64_t steps_per_epoch = 0;
+  double samples_per_step = 0;
+  double iteration_seconds = 0;  // mean over the simulated steps
+  double epoch_seconds = 0;      // iteration_seconds × steps_per_epoch
+  SimResult detail;              // the first simulated step
+  int candidates = 0;            // configurations evaluated
+  int feasible = 0;              // of which fit in memory
+};
+
+// The fastest plan of `strategy` that fits in memory, by epoch time. Candidates are evaluated in parallel
+// threads and reduced in a fixed order, so the answer does not depend on the thread count. Throws InputError
+// when the device count has no valid factorisation for the model, or when no configuration fits (naming the
+// smallest shortfall and where).
+TrainingPlan make_plan(Strategy strategy, const PlanRequest& request);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PLAN_PLANNER_H_
