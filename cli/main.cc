@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   auto run_batch = fulcrum::add_batch_command(app);
   auto run_model = fulcrum::add_model_command(app);
   auto run_simulate = fulcrum::add_simulate_command(app);
+  auto run_plan = fulcrum::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("batch")) run_batch();
     if (app.got_subcommand("model")) run_model();
     if (app.got_subcommand("simulate")) run_simulate();
+    if (app.got_subcommand("plan")) run_plan();
   } catch (const fulcrum::InputError& e) {
     std::cerr << fmt::format("fulcrum: error: {}\n", e.what());
     return 2;

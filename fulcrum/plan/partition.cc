@@ -88,33 +88,55 @@ std::vector<OmnibalCandidate> omnibal_partitions(const std::vector<double>& forw
   std::vector<double> prefix(n + 1, 0);
   for (int32_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + forward_seconds[i];
   std::vector<OmnibalCandidate> all;
-  // Enumerate the inner boundaries, each within ±radius of the anchor's, strictly increasing.
-  std::vector<int32_t> ends(stages, n);
-  auto visit = [&](auto&& self, int s) -> void {
-    if (s == stages - 1) {
-      OmnibalCandidate c;
-      c.ends = ends;
-      double mean = prefix[n] / stages, var = 0;
-      int32_t begin = 0;
-      for (int32_t end : ends) {
-        const double t = prefix[end] - prefix[begin];
-        var += (t - mean) * (t - mean) / stages;
-        if (end < n && !boundary_bytes.empty()) c.boundary_bytes += boundary_bytes[end - 1];
-        begin = end;
-      }
-      c.forward_variance = var;
-      all.push_back(std::move(c));
-      return;
+  auto add = [&](const std::vector<int32_t>& ends) {
+    OmnibalCandidate c;
+    c.ends = ends;
+    const double mean = prefix[n] / stages;
+    int32_t begin = 0;
+    for (int32_t end : ends) {
+      const double t = prefix[end] - prefix[begin];
+      c.forward_variance += (t - mean) * (t - mean) / stages;
+      if (end < n && !boundary_bytes.empty()) c.boundary_bytes += boundary_bytes[end - 1];
+      begin = end;
     }
-    const int32_t previous = s == 0 ? 0 : ends[s - 1];
-    for (int32_t e = anchor.ends[s] - radius; e <= anchor.ends[s] + radius; ++e) {
-      // Room for this stage (non-empty) and for every later one.
-      if (e <= previous || e > n - (stages - 1 - s)) continue;
-      ends[s] = e;
-      self(self, s + 1);
-    }
+    all.push_back(std::move(c));
   };
-  visit(visit, 0);
+  // Whether boundary s of `ends` may be at e: non-empty stages on both sides.
+  auto allowed = [&](const std::vector<int32_t>& ends, int s, int32_t e) {
+    const int32_t previous = s == 0 ? 0 : ends[s - 1];
+    return e > previous && e < ends[s + 1];
+  };
+  double neighbourhood = 1;
+  for (int s = 0; s + 1 < stages; ++s) neighbourhood *= 2.0 * radius + 1;
+  if (neighbourhood <= kMaxOmnibalCandidates) {
+    // Every combination of the inner boundaries, each within ±radius of the anchor's, strictly increasing.
+    std::vector<int32_t> ends(stages, n);
+    auto visit = [&](auto&& self, int s) -> void {
+      if (s == stages - 1) {
+        add(ends);
+        return;
+      }
+      const int32_t previous = s == 0 ? 0 : ends[s - 1];
+      for (int32_t e = anchor.ends[s] - radius; e <= anchor.ends[s] + radius; ++e) {
+        if (e <= previous || e > n - (stages - 1 - s)) continue;
+        ends[s] = e;
+        self(self, s + 1);
+      }
+    };
+    visit(visit, 0);
+  } else {
+    // Too many stages to try every combination: the anchor and each boundary moved alone.
+    add(anchor.ends);
+    for (int s = 0; s + 1 < stages; ++s) {
+      for (int32_t d = -radius; d <= radius; ++d) {
+        if (d == 0) continue;
+        std::vector<int32_t> ends = anchor.ends;
+        if (!allowed(ends, s, ends[s] + d)) continue;
+        ends[s] += d;
+        add(ends);
+      }
+    }
+  }
   // Ranks in both orders, then their sum.
   std::vector<size_t> by_var(all.size()), by_bytes(all.size());
   std::iota(by_var.begin(), by_var.end(), 0);

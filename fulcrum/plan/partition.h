@@ -34,7 +34,10 @@ Partition min_max_partition(const LayerChain& chain, int stages);
 // partition whose stage boundaries each lie within ±radius layers of the anchor's (non-empty stages), ranked by
 // the variance of their stages' forward times and by their total boundary bytes: each candidate gets its rank
 // in both orders, and candidates are sorted by the sum of the two ranks (then variance, then bytes, then
-// boundaries). Returns the best `keep`, for the caller to time or simulate.
+// boundaries). Returns the best `keep`, for the caller to time or simulate. The neighbourhood has up to
+// (2·radius + 1)^(stages − 1) members (27 for OmniBal's 4 stages and radius 1); past kMaxOmnibalCandidates it
+// is cut to the anchor and each boundary moved alone (2·radius·(stages − 1) + 1 candidates).
+inline constexpr double kMaxOmnibalCandidates = 6561;  // 3⁸: 9 stages at radius 1
 struct OmnibalCandidate {
   std::vector<int32_t> ends;
   double forward_variance = 0;  // seconds²

@@ -90,6 +90,12 @@ TEST(OmnibalPartitions, NeighbourhoodOfTheAnchorRankedByVarianceAndBytes) {
   EXPECT_EQ(omnibal_partitions(forward, bytes, 2, 1, 1).size(), 1u);
   // With 4 stages and radius 1: at most 3³ = 27 candidates.
   EXPECT_LE(omnibal_partitions(forward, bytes, 4, 1, 100).size(), 27u);
+  // 32 stages: 3³¹ combinations are too many; the anchor and each boundary moved alone instead.
+  const std::vector<double> long_forward(96, 1.0);
+  const std::vector<double> long_bytes(95, 1.0);
+  const auto many = omnibal_partitions(long_forward, long_bytes, 32, 1, 1000);
+  EXPECT_EQ(many.size(), 1u + 2 * 31);
+  EXPECT_DOUBLE_EQ(many[0].forward_variance, 0);  // the even anchor: 3 layers per stage
 }
 
 }  // namespace

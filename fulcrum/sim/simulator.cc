@@ -198,7 +198,9 @@ class Simulator {
   std::vector<int> layer_component_;   // per flattened layer
   std::vector<LayerClass> classes_;
   std::vector<StageInfo> stages_;
-  std::map<std::pair<int64_t, int>, ClassCost> class_costs_;  // (load index, class) → cost
+  // (load index × classes + class) → cost, computed on first use.
+  std::vector<ClassCost> class_costs_;
+  std::vector<uint8_t> class_cost_known_;
   std::vector<Device> devices_;
   std::vector<std::vector<double>> arrivals_;  // per replica: (payload, sending stage, micro-batch) → seconds
   std::vector<std::vector<CollectiveState>> collectives_;  // per rank: its k-th collective
@@ -349,9 +351,13 @@ class Simulator {
   }
 
   const ClassCost& class_cost(int replica, int micro_batch, int cls) {
-    const auto key = std::make_pair(load_index(replica, micro_batch), cls);
-    auto it = class_costs_.find(key);
-    if (it != class_costs_.end()) return it->second;
+    const size_t key = static_cast<size_t>(load_index(replica, micro_batch)) * classes_.size() + cls;
+    if (class_costs_.empty()) {
+      const size_t loads = static_cast<size_t>(replicas_) * s_.micro_batches;
+      class_costs_.resize(loads * classes_.size());
+      class_cost_known_.assign(loads * classes_.size(), 0);
+    }
+    if (class_cost_known_[key]) return class_costs_[key];
     ClassCost cc;
     const LayerClass& lc = classes_[cls];
     const ComponentSpec& comp = model_.components[lc.component];
@@ -385,7 +391,8 @@ class Simulator {
       }
       cc.model_flops = model_flops(*lc.layer, batch, comp.trainable);
     }
-    return class_costs_.emplace(key, cc).first->second;
+    class_cost_known_[key] = 1;
+    return class_costs_[key] = cc;
   }
 
   // Seconds of a compute instruction of `stage` for a replica's micro-batch.

@@ -1,0 +1,239 @@
+// `fulcrum plan`: the fastest plan of a strategy that fits in memory, compared with what users run today.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/output_file.h"
+#include "fulcrum/core/error.h"
+#include "fulcrum/data/meta_index.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/model/load_model.h"
+#include "fulcrum/plan/planner.h"
+#include "fulcrum/sched/schedule_json.h"
+
+namespace fulcrum {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+struct PlanOptions {
+  std::string model;
+  std::string cluster;
+  int64_t gbs = 0;
+  int64_t seq = 2048;
+  int64_t images_per_sample = 1;
+  int64_t image_tokens = 0;
+  std::string data;
+  std::string root = ".";
+  std::string strategy = "fulcrum";
+  std::string baseline_config;
+  std::string out;
+  bool json = false;
+  bool quiet = false;
+  bool no_baselines = false;
+  int threads = 2;
+  uint64_t seed = 0;
+};
+
+// "DP,TP,PP,VPP,MBS".
+ParallelConfig parse_config(const std::string& text) {
+  std::vector<int64_t> v;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    try {
+      size_t used = 0;
+      v.push_back(std::stoll(part, &used));
+      if (used != part.size() || v.back() < 1) throw std::invalid_argument(part);
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("--baseline-config '{}': expected DP,TP,PP,VPP,MBS as positive integers", text));
+    }
+  }
+  if (v.size() != 5) throw InputError(fmt::format("--baseline-config '{}': expected DP,TP,PP,VPP,MBS", text));
+  ParallelConfig c;
+  c.dp = static_cast<int>(v[0]);
+  c.tp = static_cast<int>(v[1]);
+  c.pp = static_cast<int>(v[2]);
+  c.vpp = static_cast<int>(v[3]);
+  c.mbs = v[4];
+  c.sharding = c.dp > 1 ? StateSharding::kMegatronDistributedOptimizer : StateSharding::kZero0;
+  return c;
+}
+
+std::string recompute_summary(const Schedule& s) {
+  int64_t counts[3] = {0, 0, 0};
+  for (Recompute r : s.recompute) ++counts[static_cast<int>(r)];
+  return fmt::format("{} none, {} selective, {} full", counts[0], counts[1], counts[2]);
+}
+
+Json summary_json(const TrainingPlan& p) {
+  const ParallelConfig& c = p.config;
+  Json stages = Json::array();
+  for (const StageLayers& st : p.schedule.stages) stages.push_back({st.first_layer, st.end_layer});
+  return {{"dp", c.dp},
+          {"tp", c.tp},
+          {"pp", c.pp},
+          {"vpp", c.vpp},
+          {"encoder_tp", c.encoder_tp},
+          {"mbs", c.mbs},
+          {"micro_batches", p.micro_batches},
+          {"schedule", std::string(pipeline_kind_name(c.schedule))},
+          {"sequence_parallel", c.sequence_parallel},
+          {"batcher", p.batcher},
+          {"stages", stages},
+          {"recompute", recompute_summary(p.schedule)},
+          {"steps_per_epoch", p.steps_per_epoch},
+          {"samples_per_step", p.samples_per_step},
+          {"epoch_seconds", p.epoch_seconds},
+          {"iteration_seconds", p.iteration_seconds}};
+}
+
+std::string describe(const TrainingPlan& p) {
+  const ParallelConfig& c = p.config;
+  return fmt::format("DP {} TP {} PP {} VPP {}, micro-batch {} × {}, {}, {} batches", c.dp, c.tp, c.pp, c.vpp, c.mbs,
+                     p.micro_batches, pipeline_kind_name(c.schedule), p.batcher);
+}
+
+void run_plan(const PlanOptions& o) {
+  const auto start = Clock::now();
+  PlanRequest request;
+  request.model = load_model(o.model);
+  request.cluster = cluster_preset(o.cluster);
+  request.gbs = o.gbs;
+  request.seq = o.seq;
+  request.images_per_sample = o.images_per_sample;
+  request.seed = o.seed;
+  request.threads = o.threads;
+  request.progress = !o.quiet;
+  if (o.threads < 1) throw InputError(fmt::format("--threads must be at least 1, got {}", o.threads));
+  if (o.image_tokens > 0) {
+    for (ComponentSpec& c : request.model.components) {
+      if (c.role == ComponentRole::kEncoder && c.tokens_per_item > 0) c.tokens_per_item = o.image_tokens;
+    }
+  }
+  if (!o.baseline_config.empty()) request.pinned = parse_config(o.baseline_config);
+  const Strategy strategy = parse_strategy(o.strategy);
+  std::optional<LoadedData> loaded;
+  if (!o.data.empty()) {
+    loaded = load_dataset(o.data, {o.root, false, &std::cerr});
+    request.data = &loaded->dataset;
+  }
+  const TrainingPlan plan = make_plan(strategy, request);
+  // What users run today, on the same data.
+  std::vector<std::pair<Strategy, std::optional<TrainingPlan>>> baselines;
+  if (!o.no_baselines) {
+    for (Strategy b : {Strategy::kZero3, Strategy::kMegatron, Strategy::kBalanced}) {
+      if (b == strategy) continue;
+      try {
+        baselines.push_back({b, make_plan(b, request)});
+      } catch (const InputError&) {
+        baselines.push_back({b, std::nullopt});  // the baseline itself cannot fit: reported as such
+      }
+    }
+  }
+  const double search_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const SimResult& d = plan.detail;
+  const AnalyticCost cost(request.cluster);
+  const double bound_seconds =
+      d.model_flops / (static_cast<double>(request.cluster.devices) * request.cluster.device.bf16_flops_per_second *
+                       cost.efficiency().matmul);
+  const double fraction_of_bound = plan.iteration_seconds > 0 ? bound_seconds / plan.iteration_seconds : 0;
+
+  if (!o.out.empty()) {
+    Json file{{"fulcrum", 1},
+              {"kind", "plan"},
+              {"model", request.model.name},
+              {"cluster", o.cluster},
+              {"gbs", o.gbs},
+              {"strategy", std::string(strategy_name(strategy))},
+              {"plan", summary_json(plan)},
+              {"schedule", Json::parse(schedule_to_json(plan.schedule))}};
+    write_file_atomically(o.out, file.dump(1) + "\n");
+  }
+  if (o.json) {
+    Json base = Json::object(), speedup = Json::object();
+    for (const auto& [b, p] : baselines) {
+      const std::string name(strategy_name(b));
+      if (!p) {
+        base[name] = {{"fits", false}};
+        continue;
+      }
+      base[name] = {{"epoch_seconds", p->epoch_seconds}, {"plan", summary_json(*p)}};
+      speedup[name] = plan.epoch_seconds > 0 ? p->epoch_seconds / plan.epoch_seconds : 0;
+    }
+    Json out{{"strategy", std::string(strategy_name(strategy))},
+             {"model", {{"name", request.model.name}, {"parameters", request.model.parameters()}}},
+             {"cluster", o.cluster},
+             {"gbs", o.gbs},
+             {"plan", summary_json(plan)},
+             {"predicted",
+              {{"epoch_seconds", plan.epoch_seconds},
+               {"iteration_seconds", plan.iteration_seconds},
+               {"mfu", d.mfu},
+               {"bubble_fraction", d.bubble_fraction},
+               {"peak_memory_bytes", d.peak_memory_bytes}}},
+             {"baselines", base},
+             {"speedup_vs", speedup},
+             {"fraction_of_bound", fraction_of_bound},
+             {"candidates", plan.candidates},
+             {"feasible", plan.feasible}};
+    if (!o.out.empty()) out["out"] = o.out;
+    out["timing"] = {{"search_seconds", search_seconds}};
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  std::cout << fmt::format("{} on {} × {}, global batch {}: {} plan\n", request.model.name,
+                           request.cluster.devices, request.cluster.device.kind, o.gbs, strategy_name(strategy));
+  std::cout << fmt::format("  {}\n  stages (layers): ", describe(plan));
+  for (const StageLayers& st : plan.schedule.stages) std::cout << fmt::format("[{}, {}) ", st.first_layer, st.end_layer);
+  std::cout << fmt::format("\n  recomputation: {}\n", recompute_summary(plan.schedule));
+  std::cout << fmt::format("  epoch {:.1f} s ({} steps of {:.1f} s), MFU {:.1f}%, pipeline bubble {:.1f}%, "
+                           "{:.0f}% of the compute bound\n",
+                           plan.epoch_seconds, plan.steps_per_epoch, plan.iteration_seconds, 100 * d.mfu,
+                           100 * d.bubble_fraction, 100 * fraction_of_bound);
+  for (const auto& [b, p] : baselines) {
+    if (!p) {
+      std::cout << fmt::format("  {:<9} does not fit in memory\n", strategy_name(b));
+      continue;
+    }
+    std::cout << fmt::format("  {:<9} epoch {:.1f} s ({}): {:.2f}× slower\n", strategy_name(b), p->epoch_seconds,
+                             describe(*p), p->epoch_seconds / plan.epoch_seconds);
+  }
+  std::cout << fmt::format("  {} configurations, {} fit; searched in {:.2f} s\n", plan.candidates, plan.feasible,
+                           search_seconds);
+}
+
+}  // namespace
+
+std::function<void()> add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand("plan", "Find the fastest parallel plan that fits, against the baselines");
+  cmd->add_option("--model", o->model, "A preset or a config.json, as for `fulcrum model`")->required();
+  cmd->add_option("--cluster", o->cluster, "Devices, e.g. a100:256")->required();
+  cmd->add_option("--gbs", o->gbs, "Global batch: samples per iteration over all replicas")->required();
+  cmd->add_option("--data", o->data, "Length file or meta index the epoch runs over");
+  cmd->add_option("--root", o->root, "Second folder for a meta index's paths")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "Without --data: LLM tokens per sample")->capture_default_str();
+  cmd->add_option("--images-per-sample", o->images_per_sample, "Without --data: encoder items per sample")
+      ->capture_default_str();
+  cmd->add_option("--image-tokens", o->image_tokens, "Patch tokens per image (default: the encoder's own)");
+  cmd->add_option("--strategy", o->strategy, "zero3 | megatron | balanced | omnibal | fulcrum")->capture_default_str();
+  cmd->add_option("--baseline-config", o->baseline_config, "DP,TP,PP,VPP,MBS pinning megatron and balanced");
+  cmd->add_flag("--no-baselines", o->no_baselines, "Skip planning the zero3, megatron and balanced baselines");
+  cmd->add_option("--out", o->out, "Write the plan and its schedule as JSON");
+  cmd->add_option("--threads", o->threads, "Threads simulating candidates")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the batchers' shuffle")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_flag("--quiet", o->quiet, "No progress bar");
+  return [o] { run_plan(*o); };
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,622 @@
+#include "fulcrum/plan/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <thread>
+#include <tuple>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/core/progress.h"
+#include "fulcrum/cost/activation_memory.h"
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/cost/model_sample_cost.h"
+#include "fulcrum/data/balance_metrics.h"
+#include "fulcrum/data/batcher.h"
+#include "fulcrum/plan/partition.h"
+#include "fulcrum/plan/recompute.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+
+namespace fulcrum {
+
+std::string_view strategy_name(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kZero3: return "zero3";
+    case Strategy::kMegatron: return "megatron";
+    case Strategy::kBalanced: return "balanced";
+    case Strategy::kOmnibal: return "omnibal";
+    case Strategy::kFulcrum: return "fulcrum";
+  }
+  return "?";
+}
+
+Strategy parse_strategy(std::string_view name) {
+  for (Strategy s : {Strategy::kZero3, Strategy::kMegatron, Strategy::kBalanced, Strategy::kOmnibal,
+                     Strategy::kFulcrum}) {
+    if (strategy_name(s) == name) return s;
+  }
+  throw InputError(fmt::format("unknown strategy '{}': use zero3, megatron, balanced, omnibal or fulcrum", name));
+}
+
+namespace {
+
+// The micro-batches of an epoch's plan that candidates are simulated on.
+struct LoadSet {
+  int64_t steps_per_epoch = 0;
+  double samples_per_step = 0;
+  std::vector<MicroBatchLoads> steps;  // the sampled steps
+  MicroBatchLoad mean;                 // the mean micro-batch: what time is balanced for
+  MicroBatchLoad largest;              // the largest of each measure: what memory must hold
+};
+
+const char* batcher_of(Strategy s) {
+  switch (s) {
+    case Strategy::kOmnibal: return "isf";
+    case Strategy::kFulcrum: return "fulcrum";
+    default: return "random";
+  }
+}
+
+// One flattened layer and what it costs for the mean micro-batch (seconds) and the largest (bytes).
+struct LayerInfo {
+  int component = 0;
+  const LayerSpec* spec = nullptr;
+  bool runs = true;  // not among the unused final layers
+  double forward = 0, backward_input = 0, backward_weight = 0;
+  double recompute[3] = {0, 0, 0};        // seconds by Recompute
+  double kept_bytes[3] = {0, 0, 0};       // activation bytes for the largest micro-batch, by Recompute
+  double logit_bytes = 0;                 // LM head: fp32 logits of the largest micro-batch
+  double boundary_bytes = 0;              // the activation after this layer, mean micro-batch
+  double training(Recompute r) const { return forward + backward_input + backward_weight + recompute[static_cast<int>(r)]; }
+};
+
+class Planner {
+ public:
+  Planner(Strategy strategy, const PlanRequest& r) : strategy_(strategy), r_(r), cost_(r.cluster) {}
+
+  TrainingPlan run() {
+    prepare_data();
+    const std::vector<ParallelConfig> configs = candidates();
+    if (configs.empty()) {
+      throw InputError(fmt::format("no parallel configuration of {} devices suits model '{}' (tensor parallelism "
+                                   "dividing its heads, at least one block per stage, global batch {} divisible "
+                                   "by micro-batch × DP)", r_.cluster.devices, r_.model.name, r_.gbs));
+    }
+    prepare_loads(configs);
+    // Screening: every candidate on two of the sampled steps; then the most promising on all of them.
+    std::vector<Outcome> outcomes(configs.size());
+    Progress progress(fmt::format("planning ({})", strategy_name(strategy_)),
+                      static_cast<int64_t>(configs.size()) + kFinalists, r_.progress);
+    parallel_for(configs.size(), [&](size_t i) {
+      outcomes[i] = evaluate(configs[i], true);
+      progress.advance();
+    });
+    int feasible = 0;
+    double smallest_shortfall = std::numeric_limits<double>::infinity();
+    std::string shortfall_where;
+    std::vector<size_t> ranked;
+    for (size_t i = 0; i < outcomes.size(); ++i) {
+      const Outcome& o = outcomes[i];
+      if (o.fits) {
+        ++feasible;
+        ranked.push_back(i);
+      } else if (o.shortfall_bytes < smallest_shortfall) {
+        smallest_shortfall = o.shortfall_bytes;
+        shortfall_where = o.where;
+      }
+    }
+    if (ranked.empty()) {
+      throw InputError(fmt::format("no configuration of {} fits in memory ({} tried): the closest, {}, needs "
+                                   "{:.1f} GiB more per device than the {:.1f} GiB usable",
+                                   strategy_name(strategy_), configs.size(), shortfall_where,
+                                   smallest_shortfall / (1024.0 * 1024 * 1024),
+                                   r_.cluster.usable_memory_bytes() / (1024.0 * 1024 * 1024)));
+    }
+    // Ties go to the earlier candidate, whatever the threads did.
+    std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
+      return outcomes[a].plan.epoch_seconds < outcomes[b].plan.epoch_seconds;
+    });
+    ranked.resize(std::min<size_t>(ranked.size(), kFinalists));
+    std::vector<Outcome> finals(ranked.size());
+    parallel_for(ranked.size(), [&](size_t k) {
+      finals[k] = evaluate(configs[ranked[k]], false);
+      progress.advance();
+    });
+    int best = -1;
+    for (size_t k = 0; k < finals.size(); ++k) {
+      if (finals[k].fits && (best < 0 || finals[k].plan.epoch_seconds < finals[best].plan.epoch_seconds)) {
+        best = static_cast<int>(k);
+      }
+    }
+    if (best < 0) throw InputError(fmt::format("no configuration of {} fits in memory on every step", strategy_name(strategy_)));
+    std::vector<Outcome>& outcomes_final = finals;
+    TrainingPlan plan = std::move(outcomes_final[best].plan);
+    plan.candidates = static_cast<int>(configs.size());
+    plan.feasible = feasible;
+    return plan;
+  }
+
+ private:
+  static constexpr size_t kFinalists = 12;
+
+  // Runs fn(0 .. n − 1) on the request's threads; each index writes only its own result.
+  template <typename Fn>
+  void parallel_for(size_t n, Fn fn) const {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+    };
+    std::vector<std::thread> threads;
+    for (int t = 1; t < std::max(1, r_.threads); ++t) threads.emplace_back(work);
+    work();
+    for (std::thread& t : threads) t.join();
+  }
+
+  struct Outcome {
+    TrainingPlan plan;
+    bool fits = false;
+    double shortfall_bytes = std::numeric_limits<double>::infinity();
+    std::string where;
+  };
+
+  Strategy strategy_;
+  const PlanRequest& r_;
+  AnalyticCost cost_;
+  Dataset synthetic_;
+  const Dataset* data_ = nullptr;
+  std::map<std::tuple<std::string, int, int>, LoadSet> loads_;  // (batcher, dp, micro-batches)
+  int64_t llm_blocks_ = 0;
+  int64_t all_blocks_ = 0;
+
+  void prepare_data() {
+    for (const ComponentSpec& c : r_.model.components) {
+      const int64_t blocks = c.transformer_blocks();
+      all_blocks_ += blocks;
+      if (c.role == ComponentRole::kLlm) llm_blocks_ += blocks;
+    }
+    if (r_.gbs < 1) throw InputError(fmt::format("global batch {}: at least one sample", r_.gbs));
+    if (r_.data) {
+      data_ = r_.data;
+      return;
+    }
+    // Identical samples: `synthetic_steps` steps of them.
+    const ModelSampleCost unit(r_.model, cost_);
+    synthetic_ = Dataset(unit.vision_unit());
+    bool encoder = false;
+    int64_t patch_tokens = 0;
+    for (const ComponentSpec& c : r_.model.components) {
+      if (c.role == ComponentRole::kEncoder) {
+        encoder = true;
+        patch_tokens = std::max<int64_t>(patch_tokens, c.tokens_per_item);
+      }
+    }
+    const int64_t items = encoder ? r_.images_per_sample : 0;
+    const int64_t vision = unit.vision_unit() == VisionUnit::kTiles ? items : items * std::max<int64_t>(1, patch_tokens);
+    for (int64_t i = 0; i < r_.gbs * std::max(1, r_.synthetic_steps); ++i) {
+      synthetic_.add(static_cast<uint32_t>(vision), static_cast<uint32_t>(r_.seq), static_cast<int32_t>(items));
+    }
+    data_ = &synthetic_;
+  }
+
+  // Largest divisor of `tp` that divides every encoder's and projector's heads (1 replicates them).
+  int encoder_tp_for(int tp) const {
+    for (int e = tp; e >= 1; --e) {
+      if (tp % e != 0) continue;
+      bool ok = true;
+      for (const ComponentSpec& c : r_.model.components) {
+        if (c.role == ComponentRole::kLlm) continue;
+        const int64_t heads = c.attention_heads(), kv = c.kv_heads();
+        if (heads > 0 && (heads % e != 0 || (kv % e != 0 && e % kv != 0))) ok = false;
+      }
+      if (ok) return e;
+    }
+    return 1;
+  }
+
+  bool llm_tp_ok(int tp) const {
+    for (const ComponentSpec& c : r_.model.components) {
+      if (c.role != ComponentRole::kLlm) continue;
+      const int64_t heads = c.attention_heads(), kv = c.kv_heads();
+      if (heads > 0 && (heads % tp != 0 || (kv % tp != 0 && tp % kv != 0))) return false;
+    }
+    return true;
+  }
+
+  std::vector<ParallelConfig> candidates() const {
+    const int64_t devices = r_.cluster.devices;
+    std::vector<ParallelConfig> out;
+    if (strategy_ == Strategy::kZero3) {
+      ParallelConfig c;
+      c.dp = static_cast<int>(devices);
+      c.mbs = r_.gbs % (4 * devices) == 0 ? 4 : std::max<int64_t>(1, r_.gbs / devices);
+      c.sharding = StateSharding::kZero3;
+      if (r_.gbs % (c.mbs * devices) == 0) out.push_back(c);
+      return out;
+    }
+    if (r_.pinned && (strategy_ == Strategy::kMegatron || strategy_ == Strategy::kBalanced)) {
+      ParallelConfig c = *r_.pinned;
+      c.encoder_tp = encoder_tp_for(c.tp);
+      c.sequence_parallel = c.tp > 1;
+      c.schedule = c.vpp > 1 ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB;
+      if (static_cast<int64_t>(c.dp) * c.tp * c.pp != devices) {
+        throw InputError(fmt::format("--baseline-config DP {} × TP {} × PP {} is not the cluster's {} devices", c.dp,
+                                     c.tp, c.pp, devices));
+      }
+      if (r_.gbs % (c.mbs * c.dp) != 0) {
+        throw InputError(fmt::format("--baseline-config: global batch {} is not divisible by micro-batch {} × DP {}",
+                                     r_.gbs, c.mbs, c.dp));
+      }
+      out.push_back(c);
+      return out;
+    }
+    const int per_node = std::max(1, r_.cluster.device.devices_per_node);
+    const bool first_stage = strategy_ == Strategy::kMegatron;
+    const int64_t spread_blocks = first_stage ? llm_blocks_ : all_blocks_;
+    for (int tp = 1; tp <= per_node && tp <= devices; tp *= 2) {
+      if (devices % tp != 0 || !llm_tp_ok(tp)) continue;
+      for (int pp = 1; pp <= devices / tp && pp <= spread_blocks; pp *= 2) {
+        if ((devices / tp) % pp != 0) continue;
+        const int dp = static_cast<int>(devices / tp / pp);
+        for (int vpp : {1, 2, 4}) {
+          if (vpp > 1 && (pp == 1 || static_cast<int64_t>(pp) * vpp > spread_blocks)) continue;
+          for (int64_t mbs : {1, 2, 4, 8}) {
+            if (r_.gbs % (mbs * dp) != 0) continue;
+            const int64_t m = r_.gbs / (mbs * dp);
+            if (vpp > 1 && m % pp != 0) continue;
+            if (m > 1024) continue;  // more micro-batches than any pipeline needs
+            ParallelConfig c;
+            c.dp = dp;
+            c.tp = tp;
+            c.pp = pp;
+            c.vpp = vpp;
+            c.mbs = mbs;
+            c.encoder_tp = encoder_tp_for(tp);
+            c.sequence_parallel = tp > 1;
+            c.sharding = dp > 1 ? StateSharding::kMegatronDistributedOptimizer : StateSharding::kZero0;
+            c.schedule = vpp > 1 ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB;
+            out.push_back(c);
+            if (strategy_ == Strategy::kFulcrum && vpp == 1 && pp > 1) {
+              c.schedule = PipelineKind::kZeroBubbleH1;
+              out.push_back(c);
+            }
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  int micro_batches_of(const ParallelConfig& c) const { return static_cast<int>(r_.gbs / (c.mbs * c.dp)); }
+
+  void prepare_loads(const std::vector<ParallelConfig>& configs) {
+    const ModelSampleCost sample_cost(r_.model, cost_);
+    if (sample_cost.vision_unit() != data_->vision_unit()) {
+      throw InputError(fmt::format("the data counts vision in {}, but model '{}' takes {}",
+                                   vision_unit_name(data_->vision_unit()), r_.model.name,
+                                   vision_unit_name(sample_cost.vision_unit())));
+    }
+    const std::string batcher = batcher_of(strategy_);
+    for (const ParallelConfig& c : configs) {
+      const auto key = std::make_tuple(batcher, c.dp, micro_batches_of(c));
+      if (loads_.count(key)) continue;
+      BatchParams params;
+      params.dp = c.dp;
+      params.micro_batches = micro_batches_of(c);
+      params.samples_per_step = r_.gbs;
+      params.seed = r_.seed;
+      params.oversize = OversizePolicy::kOwnGroup;
+      const BatchPlan plan = make_batcher(batcher)->plan(*data_, params, sample_cost);
+      LoadSet set;
+      set.steps_per_epoch = plan.steps();
+      set.samples_per_step =
+          plan.steps() ? static_cast<double>(plan.sample_ids().size()) / static_cast<double>(plan.steps()) : 0;
+      const int sampled = static_cast<int>(std::min<int64_t>(std::max(1, r_.sampled_steps), plan.steps()));
+      double sums[4] = {0, 0, 0, 0};
+      int64_t count = 0;
+      for (int k = 0; k < sampled; ++k) {
+        const int64_t step = k * plan.steps() / sampled;
+        MicroBatchLoads loads;
+        loads.per_replica.resize(c.dp);
+        for (int d = 0; d < c.dp; ++d) {
+          for (int j = 0; j < params.micro_batches; ++j) {
+            const MicroBatchLoad l = micro_batch_load(*data_, plan.micro_batch(step, d, j), plan.padded());
+            loads.per_replica[d].push_back(l);
+            sums[0] += static_cast<double>(l.vision);
+            sums[1] += static_cast<double>(l.llm_tokens);
+            sums[2] += static_cast<double>(l.llm_tokens_squared);
+            sums[3] += static_cast<double>(l.sequences);
+            ++count;
+            set.largest.vision = std::max(set.largest.vision, l.vision);
+            set.largest.llm_tokens = std::max(set.largest.llm_tokens, l.llm_tokens);
+            set.largest.llm_tokens_squared = std::max(set.largest.llm_tokens_squared, l.llm_tokens_squared);
+            set.largest.sequences = std::max(set.largest.sequences, l.sequences);
+          }
+        }
+        set.steps.push_back(std::move(loads));
+      }
+      if (count > 0) {
+        set.mean.vision = std::llround(sums[0] / static_cast<double>(count));
+        set.mean.llm_tokens = std::max<int64_t>(1, std::llround(sums[1] / static_cast<double>(count)));
+        set.mean.llm_tokens_squared = std::llround(sums[2] / static_cast<double>(count));
+        set.mean.sequences = std::max<int64_t>(1, std::llround(sums[3] / static_cast<double>(count)));
+      }
+      loads_.emplace(key, std::move(set));
+    }
+  }
+
+  ParallelLayout layout_of(const ParallelConfig& c) const {
+    ParallelLayout l;
+    l.dp = c.dp;
+    l.tp = c.tp;
+    l.pp = c.pp;
+    l.vpp = c.vpp;
+    l.encoder_tp = c.encoder_tp;
+    l.sequence_parallel = c.sequence_parallel;
+    l.state_sharding = c.sharding;
+    return l;
+  }
+
+  std::vector<LayerInfo> layer_infos(const ParallelLayout& layout, const LoadSet& loads) const {
+    std::vector<LayerInfo> out;
+    for (int c = 0; c < static_cast<int>(r_.model.components.size()); ++c) {
+      const ComponentSpec& comp = r_.model.components[c];
+      TensorSharding sharding;
+      sharding.tp = layout.component_tp(comp.role != ComponentRole::kLlm);
+      sharding.sequence_parallel = layout.sequence_parallel && sharding.tp > 1;
+      const TokenBatch mean = component_batch(r_.model, c, loads.mean);
+      const TokenBatch largest = component_batch(r_.model, c, loads.largest);
+      const size_t used = comp.layers.size() - static_cast<size_t>(comp.unused_final_layers);
+      for (size_t i = 0; i < comp.layers.size(); ++i) {
+        LayerInfo info;
+        info.component = c;
+        info.spec = &comp.layers[i];
+        info.runs = i < used;
+        if (info.runs && mean.tokens > 0) {
+          LayerWork w;
+          w.layer = info.spec;
+          w.batch = mean;
+          w.sharding = sharding;
+          w.trainable = comp.trainable;
+          w.pass = Pass::kForward;
+          info.forward = cost_.layer_cost(w).seconds;
+          w.pass = Pass::kBackwardInput;
+          info.backward_input = cost_.layer_cost(w).seconds;
+          w.pass = Pass::kBackwardWeight;
+          info.backward_weight = cost_.layer_cost(w).seconds;
+          w.pass = Pass::kRecompute;
+          w.recompute = Recompute::kSelective;
+          info.recompute[1] = cost_.layer_cost(w).seconds;
+          w.recompute = Recompute::kFull;
+          info.recompute[2] = cost_.layer_cost(w).seconds;
+          const double split = sharding.sequence_parallel ? sharding.tp : 1;
+          info.boundary_bytes = 2.0 * static_cast<double>(mean.tokens) * static_cast<double>(info.spec->hidden) / split;
+        }
+        if (info.runs && largest.tokens > 0) {
+          for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+            info.kept_bytes[static_cast<int>(r)] = activation_bytes(*info.spec, largest, sharding, r);
+          }
+          if (info.spec->kind == LayerKind::kLmHead) {
+            info.logit_bytes = 4.0 * static_cast<double>(largest.tokens) * static_cast<double>(info.spec->vocab) / sharding.tp;
+          }
+        }
+        out.push_back(info);
+      }
+    }
+    return out;
+  }
+
+  // The exact min-max partition of the chain into the layout's stages, each layer at its recomputation mode.
+  std::vector<StageLayers> exact_partition(const std::vector<LayerInfo>& layers, const std::vector<Recompute>& modes,
+                                           const ParallelLayout& layout, bool with_boundaries) const {
+    LayerChain chain;
+    const DeviceEfficiency& eff = cost_.efficiency();
+    const int64_t distance = static_cast<int64_t>(layout.dp) * layout.tp;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      chain.layer_seconds.push_back(layers[i].training(modes[i]));
+      if (with_boundaries && i + 1 < layers.size()) {
+        chain.boundary_seconds.push_back(p2p_seconds(layers[i].boundary_bytes, r_.cluster, eff, distance));
+      }
+    }
+    return to_stages(min_max_partition(chain, layout.stages()).ends);
+  }
+
+  static std::vector<StageLayers> to_stages(const std::vector<int32_t>& ends) {
+    std::vector<StageLayers> stages;
+    int32_t begin = 0;
+    for (int32_t end : ends) {
+      stages.push_back({begin, end});
+      begin = end;
+    }
+    return stages;
+  }
+
+  // Adaptive recomputation: per pipeline rank, the modes of its blocks that fit its free memory with the least
+  // recomputation, given the micro-batches each of its stages holds at once. `shortfall` gets the bytes the
+  // worst rank lacks even when recomputing everything (0 when every rank fits).
+  std::vector<Recompute> adaptive_recompute(const std::vector<LayerInfo>& layers, const Schedule& provisional,
+                                            int micro_batches, double& shortfall) const {
+    const ParallelLayout& l = provisional.layout;
+    const std::vector<int> in_flight = max_micro_batches_in_flight(provisional);
+    std::vector<Recompute> modes(layers.size(), Recompute::kFull);
+    shortfall = 0;
+    for (int rank = 0; rank < l.pp; ++rank) {
+      double budget = r_.cluster.usable_memory_bytes() - rank_state_bytes(provisional, r_.model, rank);
+      // Classes: the blocks of one component on one stage.
+      std::vector<RecomputeClass> classes;
+      std::vector<std::vector<size_t>> members;
+      for (int chunk = 0; chunk < l.vpp; ++chunk) {
+        const int s = chunk * l.pp + rank;
+        const StageLayers& st = provisional.stages[s];
+        std::map<int, size_t> class_of_component;
+        for (int32_t i = st.first_layer; i < st.end_layer; ++i) {
+          const LayerInfo& info = layers[i];
+          budget -= info.logit_bytes * in_flight[s];
+          if (info.spec->kind != LayerKind::kTransformerBlock || !info.runs) continue;
+          auto [it, added] = class_of_component.emplace(info.component, classes.size());
+          if (added) {
+            RecomputeClass c;
+            for (int m = 0; m < 3; ++m) {
+              c.kept_bytes[m] = info.kept_bytes[m] * in_flight[s];
+              c.recompute_seconds[m] = info.recompute[m] * micro_batches;
+            }
+            classes.push_back(c);
+            members.emplace_back();
+          }
+          ++classes[it->second].layers;
+          members[it->second].push_back(static_cast<size_t>(i));
+        }
+      }
+      const RecomputeChoice choice = choose_recompute(classes, budget);
+      if (!choice.fits) shortfall = std::max(shortfall, choice.shortfall_bytes);
+      for (size_t k = 0; k < classes.size(); ++k) {
+        size_t next = 0;
+        for (int m = 0; m < 3; ++m) {
+          for (int64_t n = 0; n < choice.layers[k][m]; ++n) modes[members[k][next++]] = static_cast<Recompute>(m);
+        }
+      }
+    }
+    return modes;
+  }
+
+  // The sampled steps a screening pass simulates: the first and the middle one.
+  static std::vector<size_t> screening_steps(const LoadSet& loads) {
+    std::vector<size_t> out{0};
+    if (loads.steps.size() > 2) out.push_back(loads.steps.size() / 2);
+    return out;
+  }
+  static std::vector<size_t> all_steps(const LoadSet& loads) {
+    std::vector<size_t> out(loads.steps.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = i;
+    return out;
+  }
+
+  // Simulates `schedule` on the sampled steps (a screening pass: two of them).
+  TrainingPlan simulate_plan(const ParallelConfig& c, Schedule schedule, const LoadSet& loads, bool screening) const {
+    const std::vector<size_t> steps = screening ? screening_steps(loads) : all_steps(loads);
+    TrainingPlan plan;
+    plan.strategy = strategy_;
+    plan.config = c;
+    plan.batcher = batcher_of(strategy_);
+    plan.micro_batches = micro_batches_of(c);
+    plan.steps_per_epoch = loads.steps_per_epoch;
+    plan.samples_per_step = loads.samples_per_step;
+    double sum = 0;
+    for (size_t k = 0; k < steps.size(); ++k) {
+      SimResult result = simulate(schedule, r_.model, r_.cluster, cost_, cost_.efficiency(), loads.steps[steps[k]]);
+      sum += result.iteration_seconds;
+      if (k == 0) {
+        plan.detail = std::move(result);
+      } else {
+        plan.detail.oom = plan.detail.oom || result.oom;
+        for (size_t s = 0; s < result.peak_memory_bytes.size(); ++s) {
+          plan.detail.peak_memory_bytes[s] = std::max(plan.detail.peak_memory_bytes[s], result.peak_memory_bytes[s]);
+        }
+      }
+    }
+    plan.iteration_seconds = steps.empty() ? 0 : sum / static_cast<double>(steps.size());
+    plan.epoch_seconds = plan.iteration_seconds * static_cast<double>(loads.steps_per_epoch);
+    plan.schedule = std::move(schedule);
+    return plan;
+  }
+
+  Outcome evaluate(const ParallelConfig& c, bool screening) const {
+    Outcome out;
+    out.where = fmt::format("DP {} TP {} PP {} VPP {} micro-batch {}", c.dp, c.tp, c.pp, c.vpp, c.mbs);
+    const LoadSet& loads = loads_.at(std::make_tuple(std::string(batcher_of(strategy_)), c.dp, micro_batches_of(c)));
+    const ParallelLayout layout = layout_of(c);
+    const int m = micro_batches_of(c);
+    const std::vector<LayerInfo> layers = layer_infos(layout, loads);
+    const std::vector<Recompute> all_full(layers.size(), Recompute::kFull);
+    std::vector<std::pair<std::vector<StageLayers>, std::vector<Recompute>>> options;
+    try {
+      switch (strategy_) {
+        case Strategy::kZero3:
+          options.push_back({partition_layers(r_.model, 1, EncoderPlacement::kFirstStage), all_full});
+          break;
+        case Strategy::kMegatron:
+          options.push_back({partition_layers(r_.model, layout.stages(), EncoderPlacement::kFirstStage), all_full});
+          break;
+        case Strategy::kBalanced:
+          options.push_back({exact_partition(layers, all_full, layout, false), all_full});
+          break;
+        case Strategy::kOmnibal: {
+          std::vector<double> forward, bytes;
+          for (size_t i = 0; i < layers.size(); ++i) {
+            forward.push_back(layers[i].forward);
+            if (i + 1 < layers.size()) bytes.push_back(layers[i].boundary_bytes);
+          }
+          for (const OmnibalCandidate& p : omnibal_partitions(forward, bytes, layout.stages(), 1, 3)) {
+            options.push_back({to_stages(p.ends), {}});
+          }
+          break;
+        }
+        case Strategy::kFulcrum: {
+          // Partition for selective recomputation first, then again for the modes that partition allows.
+          const std::vector<Recompute> selective(layers.size(), Recompute::kSelective);
+          options.push_back({exact_partition(layers, selective, layout, true), {}});
+          break;
+        }
+      }
+    } catch (const InputError&) {
+      return out;  // fewer layers than stages for this configuration
+    }
+    const bool adaptive = strategy_ == Strategy::kOmnibal || strategy_ == Strategy::kFulcrum;
+    double best_shortfall = std::numeric_limits<double>::infinity();
+    auto consider = [&](std::vector<StageLayers> stages, std::vector<Recompute> modes, bool refine) {
+      if (adaptive) {
+        const Schedule provisional = make_pipeline_schedule(c.schedule, layout, m, stages, all_full);
+        double shortfall = 0;
+        modes = adaptive_recompute(layers, provisional, m, shortfall);
+        if (shortfall > 0) {
+          best_shortfall = std::min(best_shortfall, shortfall);
+          return;
+        }
+        if (refine) {
+          // The partition again with the chosen modes' times, and its own modes.
+          std::vector<StageLayers> again = exact_partition(layers, modes, layout, true);
+          if (again.size() == stages.size()) {
+            const Schedule second = make_pipeline_schedule(c.schedule, layout, m, again, all_full);
+            double second_shortfall = 0;
+            std::vector<Recompute> second_modes = adaptive_recompute(layers, second, m, second_shortfall);
+            if (second_shortfall == 0) {
+              consider_plan(out, c, std::move(again), std::move(second_modes), loads, screening);
+            }
+          }
+        }
+      }
+      consider_plan(out, c, std::move(stages), std::move(modes), loads, screening);
+    };
+    for (auto& [stages, modes] : options) consider(stages, modes, strategy_ == Strategy::kFulcrum);
+    if (!out.fits && best_shortfall < out.shortfall_bytes) out.shortfall_bytes = best_shortfall;
+    return out;
+  }
+
+  // Simulates one partition and keeps it if it fits and beats what `out` holds.
+  void consider_plan(Outcome& out, const ParallelConfig& c, std::vector<StageLayers> stages,
+                     std::vector<Recompute> modes, const LoadSet& loads, bool screening) const {
+    Schedule schedule =
+        make_pipeline_schedule(c.schedule, layout_of(c), micro_batches_of(c), std::move(stages), std::move(modes));
+    TrainingPlan plan = simulate_plan(c, std::move(schedule), loads, screening);
+    if (plan.detail.oom) {
+      double over = 0;
+      for (double peak : plan.detail.peak_memory_bytes) over = std::max(over, peak - plan.detail.usable_memory_bytes);
+      out.shortfall_bytes = std::min(out.shortfall_bytes, over);
+      return;
+    }
+    if (!out.fits || plan.epoch_seconds < out.plan.epoch_seconds) {
+      out.plan = std::move(plan);
+      out.fits = true;
+    }
+  }
+};
+
+}  // namespace
+
+TrainingPlan make_plan(Strategy strategy, const PlanRequest& request) { return Planner(strategy, request).run(); }
+
+}  // namespace fulcrum
