@@ -316,6 +316,51 @@ TEST_F(Cli, SimulateWithBalancedDataBeatsRandomBatches) {
             nlohmann::json::parse(balanced.out)["breakdown_mean"]["dp_wait"].get<double>());
 }
 
+TEST_F(Cli, PlanFindsAFasterPlanThanTheBaselinesAndWritesIt) {
+  const std::string out = (dir_ / "plan.json").string();
+  const Result r = run("plan --model vit-3b+gpt-11b --cluster a100:16 --gbs 64 --data data/internvl_sft_1.2M.json "
+                       "--json --quiet --out " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"strategy", "plan", "predicted", "baselines", "speedup_vs", "fraction_of_bound", "timing"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  for (const char* b : {"zero3", "megatron", "balanced"}) {
+    ASSERT_TRUE(j["speedup_vs"].contains(b)) << b;
+    EXPECT_GE(j["speedup_vs"][b].get<double>(), 1.0) << b;
+  }
+  EXPECT_GT(j["fraction_of_bound"].get<double>(), 0.05);
+  EXPECT_LE(j["fraction_of_bound"].get<double>(), 1.0);
+  // The plan file carries a schedule that `fulcrum simulate` runs to the same iteration on one step.
+  const auto plan = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(plan["kind"], "plan");
+  std::ofstream(dir_ / "schedule.json") << plan["schedule"].dump();
+  const auto& p = j["plan"];
+  const Result sim = run(fmt::format("simulate --model vit-3b+gpt-11b --cluster a100:16 --gbs 64 --mbs {} --json "
+                                     "--load-schedule {}", p["mbs"].get<int>(), (dir_ / "schedule.json").string()));
+  ASSERT_EQ(sim.status, 0) << sim.err;
+  EXPECT_EQ(nlohmann::json::parse(sim.out)["plan"]["pp"], p["pp"]);
+}
+
+TEST_F(Cli, PlanBadInput) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--model gpt-11b --cluster a100:16 --gbs 64 --strategy fastest", "unknown strategy 'fastest'"},
+      {"--model gpt-11b --cluster a100:16 --gbs 64 --strategy megatron --baseline-config 2,2,2", "expected DP,TP,PP,VPP,MBS"},
+      {"--model gpt-11b --cluster a100:16 --gbs 64 --strategy megatron --baseline-config 2,2,2,1,x",
+       "as positive integers"},
+      {"--model gpt-175b --cluster a100:8 --gbs 8 --no-baselines", "fits in memory"},
+      {"--model gpt-11b --cluster a100:3 --gbs 7 --no-baselines", "no parallel configuration of 3 devices"},
+  };
+  const std::string out = (dir_ / "plan.json").string();
+  for (const auto& [args, message] : cases) {
+    const Result r = run("plan " + args + " --quiet --out " + out);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(out)) << args;
+  }
+}
+
 TEST_F(Cli, StatsOfTheBundledIndex) {
   const Result r = run("stats --data data/internvl_sft_1.2M.json --json");
   ASSERT_EQ(r.status, 0) << r.err;
