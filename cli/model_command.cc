@@ -12,6 +12,7 @@
 #include "fulcrum/cost/layer_flops.h"
 #include "fulcrum/cost/training_state_memory.h"
 #include "fulcrum/model/load_model.h"
+#include "fulcrum/model/model_json.h"
 #include "fulcrum/model/model_presets.h"
 
 namespace fulcrum {
@@ -98,54 +99,39 @@ ComponentFlops flops_of(const ComponentSpec& c) {
   return {c.role == ComponentRole::kEncoder ? "patch token" : "token", linear / kProbe, attention};
 }
 
+// The model in the Fulcrum schema (model_json.h), with results beside it: parameter counts, FLOPs and
+// memory. Reading it back checks the counts and recomputes the rest.
 nlohmann::ordered_json model_json(const ModelSpec& m) {
+  const nlohmann::ordered_json schema = model_to_json(m);
   nlohmann::ordered_json out;
-  out["fulcrum"] = 1;
-  out["name"] = m.name;
+  out["fulcrum"] = schema["fulcrum"];
+  out["name"] = schema["name"];
   out["parameters"] = m.parameters();
   out["trainable_parameters"] = m.trainable_parameters();
   out["components"] = nlohmann::ordered_json::array();
-  for (const ComponentSpec& c : m.components) {
+  for (size_t i = 0; i < m.components.size(); ++i) {
+    const ComponentSpec& c = m.components[i];
     nlohmann::ordered_json comp;
-    comp["name"] = c.name;
-    comp["role"] = component_role_name(c.role);
-    comp["trainable"] = c.trainable;
-    comp["layers"] = c.layers.size();
-    comp["transformer_blocks"] = c.transformer_blocks();
+    for (const auto& [key, value] : schema["components"][i].items()) {
+      if (key != "layers") comp[key] = value;
+    }
     comp["parameters"] = c.parameters();
+    comp["transformer_blocks"] = c.transformer_blocks();
     comp["attention_heads"] = c.attention_heads();
     comp["kv_heads"] = c.kv_heads();
-    comp["tokens_per_item"] = c.tokens_per_item;
-    comp["merge"] = c.merge;
-    comp["unused_final_layers"] = c.unused_final_layers;
     const ComponentFlops flops = flops_of(c);
     // Forward and backward, no recomputation (the model-FLOPs convention); a tile includes its attention.
     comp["flops"] = {{"unit", flops.unit}, {"per_unit", flops.per_unit},
                      {"attention_per_token_squared", flops.attention_per_token_squared}};
     comp["training_state_bytes_unsharded"] =
         training_state_bytes(c.parameters(), 1, StateSharding::kZero0, c.trainable).total();
-    comp["layer_runs"] = nlohmann::ordered_json::array();
-    for (const LayerRun& run : layer_runs(c)) {
-      const LayerSpec& l = *run.layer;
-      nlohmann::ordered_json r;
-      r["kind"] = layer_kind_name(l.kind);
-      r["count"] = run.count;
-      r["hidden"] = l.hidden;
-      if (l.kind == LayerKind::kTransformerBlock) {
-        r["ffn"] = l.ffn;
-        r["heads"] = l.heads;
-        r["kv_heads"] = l.kv_heads;
-        r["head_dim"] = l.head_dim;
-        r["mlp"] = mlp_kind_name(l.mlp);
-        r["norm"] = norm_kind_name(l.norm);
-        r["window_tokens"] = l.window_tokens;
-      }
-      if (l.vocab) r["vocab"] = l.vocab;
-      if (l.in_features) r["in_features"] = l.in_features;
-      r["parameters_each"] = l.parameters();
-      comp["layer_runs"].push_back(r);
+    comp["layers"] = schema["components"][i]["layers"];
+    size_t layer = 0;  // the first layer of each entry
+    for (auto& entry : comp["layers"]) {
+      entry["parameters"] = c.layers[layer].parameters();
+      layer += entry.contains("repeat") ? entry["repeat"].get<size_t>() : 1;
     }
-    out["components"].push_back(comp);
+    out["components"].push_back(std::move(comp));
   }
   return out;
 }
@@ -186,7 +172,8 @@ std::function<void()> add_model_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("model", "Show a model's components, layers and parameters");
   cmd->add_option("--model", options->model,
                   "a preset (" + fmt::format("{}", fmt::join(model_preset_names(), ", ")) +
-                      "; join encoders and an LLM with '+'), or a Hugging Face / open_clip config.json")
+                      "; join encoders and an LLM with '+'), a Fulcrum model JSON (as --json writes it), or a Hugging "
+                      "Face / open_clip config.json")
       ->required();
   cmd->add_option("--trainable", options->trainable,
                   "train only these components (e.g. projector for LLaVA's first stage); the rest are frozen")
