@@ -124,6 +124,9 @@ TEST_F(Cli, BadInputTable) {
        "model --model {file}", "component 0 ('llm'): layer 0: unknown kind 'mamba'"},
       {"model_json_version", R"({"fulcrum": 2, "name": "m", "components": []})", "model --model {file}",
        "unsupported Fulcrum model version 2"},
+      {"model_recompute_unknown", ok, "model --model llama-70b --recompute some", "--recompute"},
+      {"model_seq_zero", ok, "model --model llama-70b --seq 0", "--seq"},
+      {"model_fp8_unknown", ok, "model --model llama-70b --dtype fp4", "--dtype"},
       {"unknown_component", ok, "model --model llava-1.5-7b --trainable adapter", "has no component 'adapter'"},
       {"model_and_cost", ok, "batch --data {file} --dp 2 --model llava-1.5-7b --cost {file} --out {out}",
        "--model and --cost both set the cost"},
@@ -251,6 +254,40 @@ TEST_F(Cli, ModelJsonReadsBackAsTheSameModel) {
   const Result frozen = run("model --model llava-1.5-7b --trainable projector --json");
   const std::string file = write("frozen.json", frozen.out);
   EXPECT_EQ(run("model --model " + file + " --json").out, frozen.out);
+}
+
+TEST_F(Cli, ModelShowsActivationMemoryForAStatedMicroBatch) {
+  const Result r = run("model --model llama-70b --seq 4096 --mbs 2 --tp 8 --sp --recompute selective --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["micro_batch"]["tokens_per_sequence"], 4096);
+  EXPECT_EQ(j["micro_batch"]["recompute"], "selective");
+  const auto& llm = j["components"][0];
+  // A LLaMA-2-70B block, T = 2 × 4096 tokens, tp 8 with sequence parallelism, selective recomputation, no
+  // dropout: (norms 4Th + QKV and MLP inputs 4Th + Q and projection input 4T·8192 + K, V 4T·1024 + SwiGLU
+  // 6T·28672) / 8 = 8192 · 274,432 / 8 bytes.
+  const double block = 8192.0 * 274432 / 8;
+  EXPECT_EQ(llm["layers"][1]["kind"], "transformer");
+  EXPECT_DOUBLE_EQ(llm["layers"][1]["activation_bytes"].get<double>(), block);
+  EXPECT_DOUBLE_EQ(llm["activation_bytes"]["transformer_blocks"].get<double>(), 80 * block);
+  EXPECT_EQ(llm["activation_bytes"]["tokens"], 8192);
+  EXPECT_FALSE(llm["layers"][0].contains("activation_bytes"));  // the embedding: not a block
+
+  // Encoders: each item is a sequence of its tile's tokens. InternViT's 25 heads stay whole at tp 2.
+  const auto vl = nlohmann::json::parse(run("model --model internvl-chat-1.5 --images 3 --tp 2 --json").out);
+  EXPECT_EQ(vl["components"][0]["activation_bytes"]["sequences"], 3);
+  EXPECT_EQ(vl["components"][0]["activation_bytes"]["tokens"], 3 * 1025);
+  EXPECT_EQ(vl["components"][0]["activation_bytes"]["tp"], 1);
+  EXPECT_EQ(vl["components"][2]["activation_bytes"]["tp"], 2);
+  EXPECT_EQ(vl["components"][2]["activation_bytes"]["tokens"], 2048);  // the default --seq
+  // Full recomputation keeps only each block's input: 2Th at tp 1.
+  const auto full = nlohmann::json::parse(run("model --model internlm2-20b --recompute full --json").out);
+  EXPECT_DOUBLE_EQ(full["components"][0]["layers"][1]["activation_bytes"].get<double>(), 2.0 * 2048 * 6144);
+  // The text view states the micro-batch and the bytes per block.
+  const Result text = run("model --model internlm2-20b --cp 2");
+  EXPECT_NE(text.out.find("micro-batch of 1 × 2048 tokens"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("cp 2"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("activations 556.0 MiB each"), std::string::npos) << text.out;  // half of tp 1's
 }
 
 TEST_F(Cli, BatchBalancesWithAModelsCost) {

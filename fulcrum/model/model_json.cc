@@ -178,6 +178,8 @@ LayerSpec read_layer(const json& j, const std::string& where, int64_t& repeat,
       repeat = integer(value, where, key, 1);
     } else if (key == "parameters") {
       stated_parameters = integer(value, where, key, 0);
+    } else if (key == "activation_bytes") {
+      // A result of `fulcrum model --json`, for the micro-batch it states: recomputed, not read.
     } else if (listed(fields.required, key) || listed(fields.optional, key)) {
       set_field(l, key, value, where);
     } else {
