@@ -98,6 +98,35 @@ TEST_F(Cli, BadInputTable) {
        "an architecture Fulcrum cannot read: 'rwkv'"},
       {"config_negative", R"({"model_type": "qwen2", "num_hidden_layers": -2})", "model --model {file}",
        "num_hidden_layers must be positive, got -2"},
+      {"model_json_unknown_key",
+       R"({"fulcrum": 1, "name": "m", "components": [{"name": "llm", "role": "llm", "layers": [
+           {"kind": "token_embedding", "hidden": 8, "vocab": 10}, {"kind": "transformer", "hidden": 8, "ffn": 16,
+            "heads": 2, "window": 4}]}]})",
+       "model --model {file}", "component 0 ('llm'): layer 1: unknown key 'window'"},
+      {"model_json_missing_field",
+       R"({"fulcrum": 1, "name": "m", "components": [{"name": "vision", "role": "encoder", "layers": [
+           {"kind": "patch_embedding", "hidden": 8}]}]})",
+       "model --model {file}", "component 0 ('vision'): layer 0: in_features is missing"},
+      {"model_json_wrong_type",
+       R"({"fulcrum": 1, "name": "m", "components": [{"name": "llm", "role": "llm", "trainable": 1, "layers": []}]})",
+       "model --model {file}", "component 0 ('llm'): trainable must be true or false"},
+      {"model_json_negative",
+       R"({"fulcrum": 1, "name": "m", "components": [{"name": "llm", "role": "llm", "layers": [
+           {"kind": "lm_head", "hidden": 8, "vocab": -3}]}]})",
+       "batch --data data/internvl_sft_1.2M.json --dp 2 --model {file} --out {out}",
+       "component 0 ('llm'): layer 0: vocab must be a positive integer, got -3"},
+      {"model_json_unknown_role",
+       R"({"fulcrum": 1, "name": "m", "components": [{"name": "x", "role": "adapter", "layers": []}]})",
+       "model --model {file}", "component 0 ('x'): unknown role 'adapter'"},
+      {"model_json_unknown_kind",
+       R"({"fulcrum": 1, "name": "m", "components": [{"name": "llm", "role": "llm", "layers": [
+           {"kind": "mamba", "hidden": 8}]}]})",
+       "model --model {file}", "component 0 ('llm'): layer 0: unknown kind 'mamba'"},
+      {"model_json_version", R"({"fulcrum": 2, "name": "m", "components": []})", "model --model {file}",
+       "unsupported Fulcrum model version 2"},
+      {"model_recompute_unknown", ok, "model --model llama-70b --recompute some", "--recompute"},
+      {"model_seq_zero", ok, "model --model llama-70b --seq 0", "--seq"},
+      {"model_fp8_unknown", ok, "model --model llama-70b --dtype fp4", "--dtype"},
       {"unknown_component", ok, "model --model llava-1.5-7b --trainable adapter", "has no component 'adapter'"},
       {"model_and_cost", ok, "batch --data {file} --dp 2 --model llava-1.5-7b --cost {file} --out {out}",
        "--model and --cost both set the cost"},
@@ -188,7 +217,7 @@ TEST_F(Cli, ModelJsonListsComponentsWithTheirParameters) {
   for (const auto& c : j["components"]) {
     sum += c["parameters"].get<int64_t>();
     EXPECT_EQ(c["trainable"], c["name"] == "projector");
-    EXPECT_GT(c["layers"].get<int64_t>(), 0);
+    EXPECT_FALSE(c["layers"].empty());
   }
   EXPECT_EQ(j["parameters"].get<int64_t>(), sum);
   EXPECT_EQ(j["trainable_parameters"], j["components"][1]["parameters"]);
@@ -206,6 +235,59 @@ TEST_F(Cli, ModelJsonListsComponentsWithTheirParameters) {
                                "/data/modelcfg/llava_1_5_7b_hf.config.json --json");
   ASSERT_EQ(from_file.status, 0) << from_file.err;
   EXPECT_EQ(nlohmann::json::parse(from_file.out)["parameters"], j["parameters"]);
+}
+
+// What `fulcrum model --json` writes, `--model` reads back as the same model: the same output again.
+TEST_F(Cli, ModelJsonReadsBackAsTheSameModel) {
+  for (const char* model : {"internvl-chat-1.5", "internvl-chat-1.5-plus", "llava-1.5-7b", "llama-70b",
+                            "vit-22b+vit-5b+gpt-175b", "internvit-6b"}) {
+    const Result first = run(fmt::format("model --model {} --json", model));
+    ASSERT_EQ(first.status, 0) << model << ": " << first.err;
+    const std::string file = write(std::string(model) + ".json", first.out);
+    const Result again = run("model --model " + file + " --json");
+    ASSERT_EQ(again.status, 0) << model << ": " << again.err;
+    EXPECT_EQ(again.out, first.out) << model;
+    // The text view reads the same from either source.
+    EXPECT_EQ(run("model --model " + file).out, run(fmt::format("model --model {}", model)).out) << model;
+  }
+  // A frozen component stays frozen.
+  const Result frozen = run("model --model llava-1.5-7b --trainable projector --json");
+  const std::string file = write("frozen.json", frozen.out);
+  EXPECT_EQ(run("model --model " + file + " --json").out, frozen.out);
+}
+
+TEST_F(Cli, ModelShowsActivationMemoryForAStatedMicroBatch) {
+  const Result r = run("model --model llama-70b --seq 4096 --mbs 2 --tp 8 --sp --recompute selective --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["micro_batch"]["tokens_per_sequence"], 4096);
+  EXPECT_EQ(j["micro_batch"]["recompute"], "selective");
+  const auto& llm = j["components"][0];
+  // A LLaMA-2-70B block, T = 2 × 4096 tokens, tp 8 with sequence parallelism, selective recomputation, no
+  // dropout: (norms 4Th + QKV and MLP inputs 4Th + Q and projection input 4T·8192 + K, V 4T·1024 + SwiGLU
+  // 6T·28672) / 8 = 8192 · 274,432 / 8 bytes.
+  const double block = 8192.0 * 274432 / 8;
+  EXPECT_EQ(llm["layers"][1]["kind"], "transformer");
+  EXPECT_DOUBLE_EQ(llm["layers"][1]["activation_bytes"].get<double>(), block);
+  EXPECT_DOUBLE_EQ(llm["activation_bytes"]["transformer_blocks"].get<double>(), 80 * block);
+  EXPECT_EQ(llm["activation_bytes"]["tokens"], 8192);
+  EXPECT_FALSE(llm["layers"][0].contains("activation_bytes"));  // the embedding: not a block
+
+  // Encoders: each item is a sequence of its tile's tokens. InternViT's 25 heads stay whole at tp 2.
+  const auto vl = nlohmann::json::parse(run("model --model internvl-chat-1.5 --images 3 --tp 2 --json").out);
+  EXPECT_EQ(vl["components"][0]["activation_bytes"]["sequences"], 3);
+  EXPECT_EQ(vl["components"][0]["activation_bytes"]["tokens"], 3 * 1025);
+  EXPECT_EQ(vl["components"][0]["activation_bytes"]["tp"], 1);
+  EXPECT_EQ(vl["components"][2]["activation_bytes"]["tp"], 2);
+  EXPECT_EQ(vl["components"][2]["activation_bytes"]["tokens"], 2048);  // the default --seq
+  // Full recomputation keeps only each block's input: 2Th at tp 1.
+  const auto full = nlohmann::json::parse(run("model --model internlm2-20b --recompute full --json").out);
+  EXPECT_DOUBLE_EQ(full["components"][0]["layers"][1]["activation_bytes"].get<double>(), 2.0 * 2048 * 6144);
+  // The text view states the micro-batch and the bytes per block.
+  const Result text = run("model --model internlm2-20b --cp 2");
+  EXPECT_NE(text.out.find("micro-batch of 1 × 2048 tokens"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("cp 2"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("activations 556.0 MiB each"), std::string::npos) << text.out;  // half of tp 1's
 }
 
 TEST_F(Cli, BatchBalancesWithAModelsCost) {

@@ -1,4 +1,4 @@
-// `fulcrum model`: what a model is made of — components, layers, parameters.
+// `fulcrum model`: what a model is made of — components, layers, parameters, FLOPs and memory.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -9,18 +9,36 @@
 
 #include "cli/commands.h"
 #include "fulcrum/core/error.h"
+#include "fulcrum/cost/activation_memory.h"
+#include "fulcrum/cost/dtype.h"
 #include "fulcrum/cost/layer_flops.h"
 #include "fulcrum/cost/training_state_memory.h"
 #include "fulcrum/model/load_model.h"
+#include "fulcrum/model/model_json.h"
 #include "fulcrum/model/model_presets.h"
 
 namespace fulcrum {
 namespace {
 
+// The micro-batch activation memory is shown for: `sequences` LLM sequences of `tokens` tokens, each with
+// `items` encoder items (a tile of tokens_per_item tokens, or `patch_tokens` for dynamic-resolution encoders).
+struct MicroBatch {
+  int64_t tokens = 2048;
+  int64_t sequences = 1;
+  int64_t items = 1;
+  int64_t patch_tokens = 1024;
+  int tp = 1;
+  bool sequence_parallel = false;
+  int cp = 1;
+  std::string recompute = "none";
+  std::string dtype = "bf16";
+};
+
 struct ModelOptions {
   std::string model;
   std::vector<std::string> trainable;
   bool json = false;
+  MicroBatch micro_batch;
 };
 
 // Runs of identical consecutive layers, so 45 equal blocks print as one line.
@@ -98,61 +116,107 @@ ComponentFlops flops_of(const ComponentSpec& c) {
   return {c.role == ComponentRole::kEncoder ? "patch token" : "token", linear / kProbe, attention};
 }
 
-nlohmann::ordered_json model_json(const ModelSpec& m) {
+Recompute recompute_of(const std::string& name) {
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  return Recompute::kNone;
+}
+
+// Activation memory of a component's transformer blocks for the stated micro-batch, on one device.
+struct ComponentActivations {
+  TokenBatch batch;
+  int tp = 1;  // the stated degree, or 1 where it does not divide the component's heads (replicated)
+  std::vector<double> per_layer;  // bytes each layer keeps; 0 for layers other than blocks and unused ones
+  double total = 0;
+};
+
+ComponentActivations activations_of(const ComponentSpec& c, const MicroBatch& mb) {
+  ComponentActivations out;
+  int64_t length = mb.tokens, count = mb.sequences;
+  if (c.role == ComponentRole::kEncoder) {
+    length = c.tokens_per_item > 0 ? c.tokens_per_item : mb.patch_tokens;
+    count = mb.sequences * mb.items;  // each item is a sequence of its own
+  }
+  // Keeps Σt² exact in 64 bits (the options and model sizes are bounded, their product is not).
+  if (static_cast<double>(count) * static_cast<double>(length) * static_cast<double>(length) > 1e18) {
+    throw InputError(fmt::format("component '{}': {} sequences of {} tokens is an implausibly large micro-batch",
+                                 c.name, count, length));
+  }
+  out.batch = {count, count * length, count * length * length};
+  const int64_t heads = c.attention_heads(), kv = c.kv_heads();
+  out.tp = heads > 0 && (heads % mb.tp != 0 || (kv % mb.tp != 0 && mb.tp % kv != 0)) ? 1 : mb.tp;
+  const TensorSharding sharding{out.tp, mb.sequence_parallel, mb.cp};
+  const size_t used = c.layers.size() - static_cast<size_t>(c.unused_final_layers);
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const double bytes = i < used ? activation_bytes(c.layers[i], out.batch, sharding, recompute_of(mb.recompute),
+                                                     /*dropout=*/false, parse_dtype(mb.dtype))
+                                  : 0;
+    out.per_layer.push_back(bytes);
+    out.total += bytes;
+  }
+  return out;
+}
+
+std::string memory_text(double bytes) {
+  constexpr double kMiB = 1024.0 * 1024;
+  return bytes >= 1024 * kMiB ? fmt::format("{:.2f} GiB", bytes / (1024 * kMiB)) : fmt::format("{:.1f} MiB", bytes / kMiB);
+}
+
+// The model in the Fulcrum schema (model_json.h), with results beside it: parameter counts, FLOPs and
+// memory. Reading it back checks the counts and recomputes the rest.
+nlohmann::ordered_json model_json(const ModelSpec& m, const MicroBatch& mb) {
+  const nlohmann::ordered_json schema = model_to_json(m);
   nlohmann::ordered_json out;
-  out["fulcrum"] = 1;
-  out["name"] = m.name;
+  out["fulcrum"] = schema["fulcrum"];
+  out["name"] = schema["name"];
   out["parameters"] = m.parameters();
   out["trainable_parameters"] = m.trainable_parameters();
+  // What the activation memory below is for.
+  out["micro_batch"] = {{"sequences", mb.sequences},       {"tokens_per_sequence", mb.tokens},
+                        {"items_per_sequence", mb.items},   {"patch_tokens_per_item", mb.patch_tokens},
+                        {"tp", mb.tp},                      {"sequence_parallel", mb.sequence_parallel},
+                        {"cp", mb.cp},                      {"recompute", mb.recompute},
+                        {"dtype", mb.dtype}};
   out["components"] = nlohmann::ordered_json::array();
-  for (const ComponentSpec& c : m.components) {
+  for (size_t i = 0; i < m.components.size(); ++i) {
+    const ComponentSpec& c = m.components[i];
     nlohmann::ordered_json comp;
-    comp["name"] = c.name;
-    comp["role"] = component_role_name(c.role);
-    comp["trainable"] = c.trainable;
-    comp["layers"] = c.layers.size();
-    comp["transformer_blocks"] = c.transformer_blocks();
+    for (const auto& [key, value] : schema["components"][i].items()) {
+      if (key != "layers") comp[key] = value;
+    }
     comp["parameters"] = c.parameters();
+    comp["transformer_blocks"] = c.transformer_blocks();
     comp["attention_heads"] = c.attention_heads();
     comp["kv_heads"] = c.kv_heads();
-    comp["tokens_per_item"] = c.tokens_per_item;
-    comp["merge"] = c.merge;
-    comp["unused_final_layers"] = c.unused_final_layers;
     const ComponentFlops flops = flops_of(c);
     // Forward and backward, no recomputation (the model-FLOPs convention); a tile includes its attention.
     comp["flops"] = {{"unit", flops.unit}, {"per_unit", flops.per_unit},
                      {"attention_per_token_squared", flops.attention_per_token_squared}};
     comp["training_state_bytes_unsharded"] =
         training_state_bytes(c.parameters(), 1, StateSharding::kZero0, c.trainable).total();
-    comp["layer_runs"] = nlohmann::ordered_json::array();
-    for (const LayerRun& run : layer_runs(c)) {
-      const LayerSpec& l = *run.layer;
-      nlohmann::ordered_json r;
-      r["kind"] = layer_kind_name(l.kind);
-      r["count"] = run.count;
-      r["hidden"] = l.hidden;
-      if (l.kind == LayerKind::kTransformerBlock) {
-        r["ffn"] = l.ffn;
-        r["heads"] = l.heads;
-        r["kv_heads"] = l.kv_heads;
-        r["head_dim"] = l.head_dim;
-        r["mlp"] = mlp_kind_name(l.mlp);
-        r["norm"] = norm_kind_name(l.norm);
-        r["window_tokens"] = l.window_tokens;
-      }
-      if (l.vocab) r["vocab"] = l.vocab;
-      if (l.in_features) r["in_features"] = l.in_features;
-      r["parameters_each"] = l.parameters();
-      comp["layer_runs"].push_back(r);
+    const ComponentActivations act = activations_of(c, mb);
+    // Bytes its transformer blocks keep for the backward pass, on one device of its tensor-parallel group.
+    comp["activation_bytes"] = {{"sequences", act.batch.sequences}, {"tokens", act.batch.tokens},
+                                {"tp", act.tp}, {"transformer_blocks", act.total}};
+    comp["layers"] = schema["components"][i]["layers"];
+    size_t layer = 0;  // the first layer of each entry
+    for (auto& entry : comp["layers"]) {
+      entry["parameters"] = c.layers[layer].parameters();
+      if (c.layers[layer].kind == LayerKind::kTransformerBlock) entry["activation_bytes"] = act.per_layer[layer];
+      layer += entry.contains("repeat") ? entry["repeat"].get<size_t>() : 1;
     }
-    out["components"].push_back(comp);
+    out["components"].push_back(std::move(comp));
   }
   return out;
 }
 
-void print_text(const ModelSpec& m) {
+void print_text(const ModelSpec& m, const MicroBatch& mb) {
   std::cout << fmt::format("{}: {:.3f}B parameters ({:.3f}B trainable)\n", m.name, m.parameters() / 1e9,
                            m.trainable_parameters() / 1e9);
+  std::cout << fmt::format("  activations kept by the transformer blocks for a micro-batch of {} × {} tokens, {} "
+                           "item(s) per sequence; tp {}{}, cp {}, recompute {}, {}; per device\n",
+                           mb.sequences, mb.tokens, mb.items, mb.tp, mb.sequence_parallel ? " with sp" : "", mb.cp,
+                           mb.recompute, mb.dtype);
   for (const ComponentSpec& c : m.components) {
     std::cout << fmt::format("  {} ({}{}): {:.4f}B parameters, {} transformer blocks", c.name,
                              component_role_name(c.role), c.trainable ? "" : ", frozen", c.parameters() / 1e9,
@@ -172,9 +236,21 @@ void print_text(const ModelSpec& m) {
                                  : std::string(),
                              training_state_bytes(c.parameters(), 1, StateSharding::kZero0, c.trainable).total() /
                                  (1024.0 * 1024 * 1024));
+    const ComponentActivations act = activations_of(c, mb);
+    if (c.transformer_blocks() > 0) {
+      std::cout << fmt::format("    activations {} for {} sequence(s), {} tokens{}\n", memory_text(act.total),
+                               act.batch.sequences, act.batch.tokens,
+                               act.tp != mb.tp ? fmt::format(" (replicated: tp {} does not divide its heads)", mb.tp)
+                                               : std::string());
+    }
+    size_t layer = 0;
     for (const LayerRun& run : layer_runs(c)) {
-      std::cout << fmt::format("    {:>3} × {:<16} {:>14L} params each   {}\n", run.count,
-                               layer_kind_name(run.layer->kind), run.layer->parameters(), describe(*run.layer));
+      std::cout << fmt::format("    {:>3} × {:<16} {:>14L} params each   {}{}\n", run.count,
+                               layer_kind_name(run.layer->kind), run.layer->parameters(), describe(*run.layer),
+                               run.layer->kind == LayerKind::kTransformerBlock
+                                   ? fmt::format("; activations {} each", memory_text(act.per_layer[layer]))
+                                   : std::string());
+      layer += static_cast<size_t>(run.count);
     }
   }
 }
@@ -186,12 +262,34 @@ std::function<void()> add_model_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("model", "Show a model's components, layers and parameters");
   cmd->add_option("--model", options->model,
                   "a preset (" + fmt::format("{}", fmt::join(model_preset_names(), ", ")) +
-                      "; join encoders and an LLM with '+'), or a Hugging Face / open_clip config.json")
+                      "; join encoders and an LLM with '+'), a Fulcrum model JSON (as --json writes it), or a Hugging "
+                      "Face / open_clip config.json")
       ->required();
   cmd->add_option("--trainable", options->trainable,
                   "train only these components (e.g. projector for LLaVA's first stage); the rest are frozen")
       ->delimiter(',');
   cmd->add_flag("--json", options->json, "print one JSON object");
+  MicroBatch& mb = options->micro_batch;
+  constexpr int64_t kMaxTokens = int64_t{1} << 24, kMaxCount = int64_t{1} << 16;
+  cmd->add_option("--seq", mb.tokens, "activations: tokens per LLM sequence")
+      ->check(CLI::Range(int64_t{1}, kMaxTokens))->capture_default_str();
+  cmd->add_option("--mbs", mb.sequences, "activations: sequences per micro-batch")
+      ->check(CLI::Range(int64_t{1}, kMaxCount))->capture_default_str();
+  cmd->add_option("--images", mb.items, "activations: encoder items (tiles, images) per sequence")
+      ->check(CLI::Range(int64_t{0}, kMaxCount))->capture_default_str();
+  cmd->add_option("--patch-tokens", mb.patch_tokens,
+                  "activations: patch tokens per item for dynamic-resolution encoders (Qwen2-VL)")
+      ->check(CLI::Range(int64_t{1}, kMaxTokens))->capture_default_str();
+  cmd->add_option("--tp", mb.tp, "activations: tensor parallelism (a component whose heads it does not divide is "
+                                 "shown replicated)")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_flag("--sp", mb.sequence_parallel, "activations: with sequence parallelism");
+  cmd->add_option("--cp", mb.cp, "activations: context parallelism")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--recompute", mb.recompute, "activations: none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}))->capture_default_str();
+  cmd->add_option("--dtype", mb.dtype, "activations: bf16 | fp16 | fp8 | fp32")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8", "fp32"}))->capture_default_str();
   return [options] {
     ModelSpec model = load_model(options->model);
     if (!options->trainable.empty()) {
@@ -207,9 +305,9 @@ std::function<void()> add_model_command(CLI::App& app) {
       for (ComponentSpec& c : model.components) c.trainable = chosen.count(c.name) > 0;
     }
     if (options->json) {
-      std::cout << model_json(model).dump(2) << "\n";
+      std::cout << model_json(model, options->micro_batch).dump(2) << "\n";
     } else {
-      print_text(model);
+      print_text(model, options->micro_batch);
     }
   };
 }

@@ -43,5 +43,35 @@ TEST(ActivationBytes, NoDropoutGqaAndSwiGlu) {
   EXPECT_EQ(activation_bytes(head, {2, 10, 52}, {1, false}, Recompute::kNone), 0);
 }
 
+TEST(ActivationBytes, ContextParallelismSplitsTokensAndAttentionPairs) {
+  // cp 2: each device keeps T/2 tokens and its queries' half of the attention pairs: half of every term.
+  for (const TensorSharding sharding : {TensorSharding{1, false}, TensorSharding{8, true}, TensorSharding{8, false}}) {
+    TensorSharding cp2 = sharding;
+    cp2.cp = 2;
+    EXPECT_DOUBLE_EQ(activation_bytes(gpt3_block(), kOneSequence, cp2, Recompute::kNone, true),
+                     activation_bytes(gpt3_block(), kOneSequence, sharding, Recompute::kNone, true) / 2);
+  }
+  // GPT-3's layer at tp 8 with sequence parallelism and cp 2: sbh(34/t + 5as/(ht)) / 2 = 179.3 MB.
+  EXPECT_NEAR(activation_bytes(gpt3_block(), kOneSequence, {8, true, 2}, Recompute::kNone, true), 179.3e6, 0.1e6);
+  EXPECT_DOUBLE_EQ(activation_bytes(gpt3_block(), kOneSequence, {8, true, 4}, Recompute::kFull, true),
+                   2 * s * h / t / 4);
+}
+
+TEST(ActivationBytes, DtypeSetsTheElementSizes) {
+  const LayerSpec b = tiny_gqa_swiglu_block();
+  const TokenBatch batch{2, 10, 52};
+  EXPECT_DOUBLE_EQ(activation_bytes(b, batch, {1, false}, Recompute::kNone, false, Dtype::kFp16), 2496);
+  // fp32: every 2-byte element is 4 bytes (no masks here): twice the 16-bit total.
+  EXPECT_DOUBLE_EQ(activation_bytes(b, batch, {1, false}, Recompute::kNone, false, Dtype::kFp32), 2 * 2496);
+  // fp8: the matmul inputs take 1 byte. Replicated: norms 4Th = 320, QKV and MLP inputs 1·Th each = 160.
+  // Split: Q 2T·8 = 160, K and V 4T·4 = 160, projection input 1·T·8 = 80, SwiGLU gate and up 4T·16 = 640,
+  // their product (the down projection's input) 1·T·16 = 160. Core 4·2·52 = 416 as in 16-bit.
+  EXPECT_DOUBLE_EQ(activation_bytes(b, batch, {1, false}, Recompute::kNone, false, Dtype::kFp8),
+                   480 + 1200 + 416);
+  // With dropout, masks stay 1 byte in fp32: 2Th + a·Σt² of them.
+  EXPECT_DOUBLE_EQ(activation_bytes(b, batch, {1, false}, Recompute::kNone, true, Dtype::kFp32),
+                   2 * 2496 + 2 * 10 * 8 + 2 * 52);
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -21,23 +21,24 @@ AnalyticCost::AnalyticCost(ClusterSpec cluster) : AnalyticCost(cluster, efficien
 AnalyticCost::AnalyticCost(ClusterSpec cluster, DeviceEfficiency efficiency)
     : cluster_(std::move(cluster)), efficiency_(efficiency) {}
 
-double AnalyticCost::compute_seconds(double flops, double memory_bytes, double efficiency) const {
+double AnalyticCost::compute_seconds(double flops, double peak_flops_per_second, double memory_bytes,
+                                     double efficiency) const {
+  return std::max(flops / (peak_flops_per_second * efficiency),
+                  memory_bytes / (cluster_.device.memory_bytes_per_second * efficiency_.memory));
+}
+
+double AnalyticCost::link_bytes_per_second(int group) const {
   const DeviceSpec& d = cluster_.device;
-  return std::max(flops / (d.bf16_flops_per_second * efficiency),
-                  memory_bytes / (d.memory_bytes_per_second * efficiency_.memory));
+  // NVLink's quoted rate counts both directions; a ring sends one way.
+  return group <= d.devices_per_node ? d.intra_node_bytes_per_second / 2 : d.inter_node_bytes_per_second;
 }
 
 double AnalyticCost::collective_seconds(double bytes_sent, int group) const {
   if (group <= 1) return 0;
-  const DeviceSpec& d = cluster_.device;
-  // NVLink's quoted rate counts both directions; a ring sends one way.
-  const double link = group <= d.devices_per_node ? d.intra_node_bytes_per_second / 2 : d.inter_node_bytes_per_second;
-  return efficiency_.collective_latency_seconds + bytes_sent / (link * efficiency_.link);
+  return efficiency_.collective_latency_seconds + bytes_sent / (link_bytes_per_second(group) * efficiency_.link);
 }
 
 namespace {
-
-constexpr double kBytes = 2;  // 16-bit weights and activations
 
 // Ring collectives over `group` devices of a T×h activation of `bytes` in all: an all-reduce sends
 // 2(g−1)/g of it from each device, a reduce-scatter or an all-gather (g−1)/g.
@@ -50,7 +51,12 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
   const LayerSpec& l = *work.layer;
   const int tp = std::max(1, work.sharding.tp);
   const bool sp = work.sharding.sequence_parallel && tp > 1;
-  const double t = static_cast<double>(work.batch.tokens);
+  const int cp = std::max(1, work.sharding.cp);
+  const double t = static_cast<double>(work.batch.tokens) / cp;  // this device's tokens
+  const double element_bytes = activation_element_bytes(work.dtype);  // activations and communication
+  const double in_bytes = matmul_input_bytes(work.dtype);             // matmul weights and inputs
+  const double matmul_peak = matmul_peak_flops_per_second(cluster_.device, work.dtype);
+  const double attention_peak = attention_peak_flops_per_second(cluster_.device, work.dtype);
   const double h = static_cast<double>(l.hidden);
   const Pass pass = work.pass;
   const bool full_pass = pass == Pass::kForward || pass == Pass::kBackwardInput ||
@@ -61,9 +67,10 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
   const std::string suffix = pass == Pass::kBackwardInput ? "_dgrad" : (weight_pass ? "_wgrad" : "");
 
   LayerCost out;
-  auto add_compute = [&](const std::string& name, double flops, double memory_bytes, double efficiency) {
+  auto add_compute = [&](const std::string& name, double flops, double peak, double memory_bytes,
+                         double efficiency) {
     Kernel k{name + suffix, Kernel::Kind::kCompute, flops, memory_bytes, 0,
-             compute_seconds(flops, memory_bytes, efficiency)};
+             compute_seconds(flops, peak, memory_bytes, efficiency)};
     out.flops += flops;
     out.seconds += k.seconds;
     out.kernels.push_back(std::move(k));
@@ -75,7 +82,7 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
     out.kernels.push_back(std::move(k));
   };
   // The tensor-parallel exchange of a T×h activation entering or leaving a sharded region.
-  const double activation = kBytes * t * h;
+  const double activation = element_bytes * t * h;
   auto enter_region = [&] {
     if (sp && !weight_pass) add_collective("tp_all_gather", gather_bytes(activation, tp));
   };
@@ -90,12 +97,22 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
   // A matmul of `in` features to `out_local` on this device over T tokens: weights, input and output traffic.
   auto local_matmul = [&](const std::string& name, double in, double out_local) {
     const double flops = 2 * t * in * out_local;
-    const double bytes = kBytes * (in * out_local + t * in + t * out_local);
-    add_compute(name, flops, bytes, efficiency_.matmul);
+    const double bytes = in_bytes * (in * out_local + t * in) + element_bytes * t * out_local;
+    add_compute(name, flops, matmul_peak, bytes, efficiency_.matmul);
   };
   // The same, sharded `tp` ways along its outputs (or, equivalently for the cost, its inputs).
   auto matmul = [&](const std::string& name, double in, double out_features) {
     local_matmul(name, in, out_features / tp);
+  };
+  // The context-parallel ring: cp − 1 steps, each sending one block of `block_bytes` to the next device.
+  auto add_ring = [&](const std::string& name, double block_bytes) {
+    if (cp <= 1) return;
+    const double steps = cp - 1;
+    const double step_seconds = efficiency_.collective_latency_seconds +
+                                block_bytes / (link_bytes_per_second(tp * cp) * efficiency_.link);
+    Kernel k{name, Kernel::Kind::kCommunication, 0, 0, steps * block_bytes, steps * step_seconds};
+    out.seconds += k.seconds;
+    out.kernels.push_back(std::move(k));
   };
 
   switch (l.kind) {
@@ -111,21 +128,28 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
       const double kv = static_cast<double>(l.kv_heads * l.head_dim);
       const double f = static_cast<double>(l.ffn);
       const double mlp_in = (l.mlp == MlpKind::kGelu ? 1 : 2) * f;
-      const double attention_flops = layer_flops(l, Pass::kForward, work.batch).attention / tp;
-      const double attention_bytes = kBytes * t * (2 * q + 2 * kv) / tp;
+      // This device's queries (T/cp of them, its tp share of the heads) against all keys.
+      const double attention_flops = layer_flops(l, Pass::kForward, work.batch).attention / tp / cp;
+      const double attention_bytes = element_bytes * t * (2 * q + 2 * kv) / tp;
+      // With fewer key/value heads than devices, each device keeps whole (replicated) key/value heads.
+      const double kv_shards = static_cast<double>(std::min<int64_t>(tp, l.kv_heads));
+      // The local K and V block the context-parallel ring passes on (their gradients in backward).
+      const double kv_block_bytes = element_bytes * t * 2 * kv / kv_shards;
+      auto attention = [&] {
+        add_ring("cp_kv_exchange", kv_block_bytes);
+        const double backward = pass == Pass::kBackwardInput ? 2 : 1;
+        add_compute("attention", attention_flops * backward, attention_peak, attention_bytes * backward,
+                    efficiency_.attention);
+        if (pass == Pass::kBackwardInput) add_ring("cp_dkv_exchange", kv_block_bytes);
+      };
       const bool selective_only = pass == Pass::kRecompute && work.recompute == Recompute::kSelective;
       if (selective_only) {
-        add_compute("attention", attention_flops, attention_bytes, efficiency_.attention);
+        attention();
         break;
       }
       enter_region();
-      // With fewer key/value heads than devices, each device keeps whole (replicated) key/value heads.
-      const double kv_shards = static_cast<double>(std::min<int64_t>(tp, l.kv_heads));
       local_matmul("qkv", h, q / tp + 2 * kv / kv_shards);
-      if (full_pass) {
-        add_compute("attention", attention_flops * (pass == Pass::kBackwardInput ? 2 : 1),
-                    attention_bytes * (pass == Pass::kBackwardInput ? 2 : 1), efficiency_.attention);
-      }
+      if (full_pass) attention();
       matmul("out_proj", q, h);
       leave_region();
       enter_region();
@@ -135,8 +159,8 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
       if (full_pass) {
         const double replicated = sp ? tp : 1;
         // Two norms (read and write), two residual adds (two reads, one write), the activation function.
-        add_compute("elementwise", 0,
-                    kBytes * (4 * t * h / replicated + 6 * t * h / replicated + (mlp_in + f) * t / tp),
+        add_compute("elementwise", 0, attention_peak,
+                    element_bytes * (4 * t * h / replicated + 6 * t * h / replicated + (mlp_in + f) * t / tp),
                     efficiency_.memory);
       }
       break;
@@ -159,12 +183,14 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
       break;
     case LayerKind::kTokenEmbedding:
       if (!weight_pass) {
-        add_compute("embedding", 0, kBytes * 2 * t * h, efficiency_.memory);
+        add_compute("embedding", 0, attention_peak, element_bytes * 2 * t * h, efficiency_.memory);
         if (pass == Pass::kForward) leave_region();  // vocabulary-parallel lookup: partial rows summed
       }
       break;
     case LayerKind::kFinalNorm:
-      if (full_pass) add_compute("final_norm", 0, kBytes * 2 * t * h / (sp ? tp : 1), efficiency_.memory);
+      if (full_pass) {
+        add_compute("final_norm", 0, attention_peak, element_bytes * 2 * t * h / (sp ? tp : 1), efficiency_.memory);
+      }
       break;
   }
   return out;

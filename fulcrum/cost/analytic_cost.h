@@ -27,11 +27,18 @@ DeviceEfficiency efficiency_for(const DeviceSpec& device);
 // Time of layer work from a roofline: every compute kernel takes max(FLOPs / (peak × efficiency), bytes /
 // (memory bandwidth × efficiency)); a tensor-parallel collective takes latency + the ring algorithm's bytes
 // over the link (NVLink within a node, the network beyond). Kernels of a transformer block, per pass:
-//   [all-gather (sequence parallel)] qkv, attention, out_proj, [all-reduce or reduce-scatter],
-//   [all-gather] mlp_in, mlp_out, [all-reduce or reduce-scatter], elementwise (norms, residuals, activation)
-// mirrored as *_dgrad for the input gradient (attention backward costs twice its forward), *_wgrad for the
-// weight gradient, and the forward again (or its attention only) for recomputation. 16-bit weights and
-// activations.
+//   [all-gather (sequence parallel)] qkv, [cp_kv_exchange], attention, out_proj, [all-reduce or
+//   reduce-scatter], [all-gather] mlp_in, mlp_out, [all-reduce or reduce-scatter], elementwise (norms,
+//   residuals, activation)
+// mirrored as *_dgrad for the input gradient (attention backward costs twice its forward; with context
+// parallelism it circulates the key/value blocks again and sends their gradients back, cp_dkv_exchange),
+// *_wgrad for the weight gradient, and the forward again (or its attention only) for recomputation.
+// Context parallelism over cp devices gives each T/cp tokens for every layer and 1/cp of the attention
+// FLOPs; the key/value exchange is a ring of cp − 1 point-to-point steps, each sending this device's K/V
+// block (2 · T/cp · its key/value width, 16-bit) one way over the link of a group of tp × cp devices, each
+// step paying the latency. The work's dtype sets the rates and element sizes (dtype.h): the linear layers
+// run at the dtype's matmul peak, attention at 16-bit (fp32: TF32) rate; fp8 on a device without fp8 is an
+// InputError.
 class AnalyticCost : public CostModel {
  public:
   explicit AnalyticCost(ClusterSpec cluster);
@@ -42,7 +49,9 @@ class AnalyticCost : public CostModel {
   const DeviceEfficiency& efficiency() const { return efficiency_; }
 
  private:
-  double compute_seconds(double flops, double memory_bytes, double efficiency) const;
+  double compute_seconds(double flops, double peak_flops_per_second, double memory_bytes, double efficiency) const;
+  // One direction of the link between the devices of a group of `group` (NVLink within a node).
+  double link_bytes_per_second(int group) const;
   double collective_seconds(double bytes_sent, int group) const;
 
   ClusterSpec cluster_;

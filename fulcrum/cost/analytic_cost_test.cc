@@ -13,12 +13,15 @@ namespace fulcrum {
 namespace {
 
 // A device with round rates and perfect efficiency, so every kernel's time can be worked out by hand:
-// 100 TFLOP/s, 1 TB/s of memory bandwidth, 200 GB/s NVLink (100 GB/s each way), 1 µs collective latency.
+// 100 TFLOP/s (200 in fp8), 1 TB/s of memory bandwidth, 200 GB/s NVLink (100 GB/s each way), 50 GB/s between
+// nodes, 1 µs collective latency.
 AnalyticCost round_device() {
   ClusterSpec cluster = cluster_preset("h100:8");
   cluster.device.bf16_flops_per_second = 100e12;
   cluster.device.memory_bytes_per_second = 1e12;
   cluster.device.intra_node_bytes_per_second = 200e9;
+  cluster.device.inter_node_bytes_per_second = 50e9;
+  cluster.device.fp8_flops_per_second = 200e12;
   return AnalyticCost(cluster, {1.0, 1.0, 1.0, 1.0, 1e-6});
 }
 
@@ -125,6 +128,98 @@ TEST(AnalyticCost, EfficiencyIsOneDocumentedSetPerDeviceKind) {
   const double seconds = AnalyticCost(cluster_preset("a100")).layer_cost({&block, Pass::kForward, kOneSequence, {1, false}}).seconds;
   EXPECT_GT(seconds, 24 * T * h * h / (0.75 * 312e12));
   EXPECT_LT(seconds, 0.040);
+}
+
+std::map<std::string, int> communication_kernels(const LayerCost& cost) {
+  std::map<std::string, int> out;
+  for (const Kernel& k : cost.kernels) out[k.name] += k.kind == Kernel::Kind::kCommunication;
+  std::erase_if(out, [](const auto& entry) { return entry.second == 0; });
+  return out;
+}
+
+TEST(AnalyticCost, ContextParallelismByHand) {
+  const LayerSpec block = gpt3_block();
+  const AnalyticCost cost = round_device();
+  const LayerCost cp1 = cost.layer_cost({&block, Pass::kForward, kOneSequence, {1, false, 1}});
+  const LayerCost cp2 = cost.layer_cost({&block, Pass::kForward, kOneSequence, {1, false, 2}});
+  const auto k1 = by_name(cp1), k2 = by_name(cp2);
+  // Each device: T/2 tokens through every matmul, and its queries' half of the attention.
+  EXPECT_DOUBLE_EQ(k2.at("attention").flops, 4 * T * T * h / 2);
+  EXPECT_DOUBLE_EQ(k2.at("attention").flops, k1.at("attention").flops / 2);
+  EXPECT_DOUBLE_EQ(k2.at("qkv").flops, 2 * (T / 2) * h * 3 * h);
+  EXPECT_DOUBLE_EQ(cp2.flops, cp1.flops / 2);
+  // The ring: cp − 1 = 1 step sending the local K and V, 2 bytes × T/2 tokens × 2h, over 100 GB/s + 1 µs.
+  ASSERT_EQ(communication_kernels(cp2), (std::map<std::string, int>{{"cp_kv_exchange", 1}}));
+  EXPECT_DOUBLE_EQ(k2.at("cp_kv_exchange").communication_bytes, 2 * (T / 2) * 2 * h);
+  EXPECT_DOUBLE_EQ(k2.at("cp_kv_exchange").seconds, 1e-6 + 2 * (T / 2) * 2 * h / 100e9);
+  EXPECT_TRUE(communication_kernels(cp1).empty());
+
+  // Backward: the K/V blocks go round again and their gradients come back.
+  const LayerCost dgrad = cost.layer_cost({&block, Pass::kBackwardInput, kOneSequence, {1, false, 2}});
+  const auto kd = by_name(dgrad);
+  EXPECT_EQ(communication_kernels(dgrad), (std::map<std::string, int>{{"cp_dkv_exchange", 1}, {"cp_kv_exchange", 1}}));
+  EXPECT_DOUBLE_EQ(kd.at("cp_dkv_exchange").communication_bytes, 2 * (T / 2) * 2 * h);
+  EXPECT_DOUBLE_EQ(kd.at("attention_dgrad").flops, 2 * 4 * T * T * h / 2);
+  // The weight gradient needs no exchange; selective recomputation reruns the attention and its ring.
+  EXPECT_TRUE(
+      communication_kernels(cost.layer_cost({&block, Pass::kBackwardWeight, kOneSequence, {1, false, 2}})).empty());
+  const LayerCost selective =
+      cost.layer_cost({&block, Pass::kRecompute, kOneSequence, {1, false, 2}, true, Recompute::kSelective});
+  ASSERT_EQ(selective.kernels.size(), 2u);
+  EXPECT_EQ(selective.kernels[0].name, "cp_kv_exchange");
+
+  // cp 4 with tp 2 (8 devices, one node): 3 steps of 2 bytes × T/4 × 2 × h/2 (this device's K/V heads).
+  const auto k8 = by_name(cost.layer_cost({&block, Pass::kForward, kOneSequence, {2, false, 4}}));
+  const double block8 = 2 * (T / 4) * 2 * (h / 2);
+  EXPECT_DOUBLE_EQ(k8.at("cp_kv_exchange").communication_bytes, 3 * block8);
+  EXPECT_DOUBLE_EQ(k8.at("cp_kv_exchange").seconds, 3 * (1e-6 + block8 / 100e9));
+  EXPECT_DOUBLE_EQ(k8.at("attention").flops, 4 * T * T * h / 8);
+  // cp 4 with tp 4 spans two nodes: the ring runs over the 50 GB/s network.
+  const auto k16 = by_name(cost.layer_cost({&block, Pass::kForward, kOneSequence, {4, false, 4}}));
+  const double block16 = 2 * (T / 4) * 2 * (h / 4);
+  EXPECT_DOUBLE_EQ(k16.at("cp_kv_exchange").seconds, 3 * (1e-6 + block16 / 50e9));
+}
+
+TEST(AnalyticCost, DtypeSetsMatmulRatesAndBytes) {
+  const LayerSpec block = gpt3_block();
+  const LayerWork bf16{&block, Pass::kForward, kOneSequence, {1, false}};
+  LayerWork fp8 = bf16, fp16 = bf16, fp32 = bf16;
+  fp8.dtype = Dtype::kFp8;
+  fp16.dtype = Dtype::kFp16;
+  fp32.dtype = Dtype::kFp32;
+  // On the round device: the qkv GEMM (2·T·h·3h FLOPs) is compute-bound, 18.6 ms in bf16 and half in fp8
+  // (200 TFLOP/s), while its traffic (1 byte for the weights and input, 2 for the output: 0.63 GB) takes 0.6 ms.
+  const auto round_bf16 = by_name(round_device().layer_cost(bf16));
+  const auto round_fp8 = by_name(round_device().layer_cost(fp8));
+  EXPECT_DOUBLE_EQ(round_fp8.at("qkv").memory_bytes, 1 * (h * 3 * h + T * h) + 2 * T * 3 * h);
+  EXPECT_DOUBLE_EQ(round_fp8.at("qkv").seconds, 2 * T * h * 3 * h / 200e12);
+  EXPECT_DOUBLE_EQ(round_bf16.at("qkv").seconds, 2 * T * h * 3 * h / 100e12);
+  // Attention stays 16-bit.
+  EXPECT_DOUBLE_EQ(round_fp8.at("attention").seconds, round_bf16.at("attention").seconds);
+
+  // On a real H100, the same GEMM's time halves in fp8; fp16 runs at the bf16 rate.
+  const AnalyticCost h100(cluster_preset("h100"));
+  const auto h_bf16 = by_name(h100.layer_cost(bf16));
+  const auto h_fp8 = by_name(h100.layer_cost(fp8));
+  EXPECT_NEAR(h_fp8.at("mlp_in").seconds / h_bf16.at("mlp_in").seconds, 0.5, 1e-12);
+  EXPECT_NEAR(h_fp8.at("qkv").seconds / h_bf16.at("qkv").seconds, 0.5, 1e-12);
+  EXPECT_DOUBLE_EQ(h100.layer_cost(fp16).seconds, h100.layer_cost(bf16).seconds);
+  EXPECT_NO_THROW(AnalyticCost(cluster_preset("h200")).layer_cost(fp8));
+  // No fp8 tensor cores on Ampere or the CPU.
+  for (const char* device : {"a100", "a800", "cpu"}) {
+    EXPECT_THROW(AnalyticCost(cluster_preset(device)).layer_cost(fp8), InputError) << device;
+  }
+
+  // fp32: TF32 at half the bf16 rate (A100: 156 TFLOP/s), 4-byte activations and collectives.
+  const AnalyticCost a100(cluster_preset("a100"));
+  EXPECT_DOUBLE_EQ(by_name(a100.layer_cost(fp32)).at("qkv").seconds, 2 * T * h * 3 * h / (156e12 * 0.75));
+  LayerWork fp32_tp8 = fp32;
+  fp32_tp8.sharding = {8, false};
+  for (const Kernel& k : round_device().layer_cost(fp32_tp8).kernels) {
+    if (k.kind == Kernel::Kind::kCommunication) {
+      EXPECT_DOUBLE_EQ(k.communication_bytes, 2.0 * 7 / 8 * 4 * T * h);
+    }
+  }
 }
 
 }  // namespace

@@ -5,25 +5,28 @@
 #include <vector>
 
 #include "fulcrum/cost/activation_memory.h"
+#include "fulcrum/cost/dtype.h"
 #include "fulcrum/cost/layer_flops.h"
 #include "fulcrum/model/model_spec.h"
 
 namespace fulcrum {
 
-// One kernel of a layer's pass on one device: compute (a matmul, the attention core, elementwise work) or a
-// collective of the tensor-parallel group. Optimus places encoder work in LLM bubbles kernel by kernel, and
-// the simulator overlaps communication with compute, so the two are kept apart.
+// One kernel of a layer's pass on one device: compute (a matmul, the attention core, elementwise work) or
+// communication (a collective of the tensor-parallel group, the context-parallel ring's exchanges). Optimus
+// places encoder work in LLM bubbles kernel by kernel, and the simulator overlaps communication with compute,
+// so the two are kept apart.
 struct Kernel {
   enum class Kind { kCompute, kCommunication };
-  std::string name;  // "qkv", "attention", "out_proj", "mlp_in", "mlp_out", "elementwise", "tp_all_reduce", ...
+  // "qkv", "attention", "out_proj", "mlp_in", "mlp_out", "elementwise", "tp_all_reduce", "cp_kv_exchange", ...
+  std::string name;
   Kind kind = Kind::kCompute;
   double flops = 0;                // on this device
   double memory_bytes = 0;         // device-memory traffic on this device
-  double communication_bytes = 0;  // bytes this device sends in the collective
+  double communication_bytes = 0;  // bytes this device sends in the collective (or point-to-point ring)
   double seconds = 0;
 };
 
-// What a layer's pass costs on one device of its tensor-parallel group.
+// What a layer's pass costs on one device of its tensor- and context-parallel group.
 struct LayerCost {
   double seconds = 0;  // the kernels one after another
   double flops = 0;    // on this device
@@ -38,6 +41,7 @@ struct LayerWork {
   TensorSharding sharding;
   bool trainable = true;
   Recompute recompute = Recompute::kNone;  // for Pass::kRecompute
+  Dtype dtype = Dtype::kBf16;              // the number format it computes in (dtype.h)
 };
 
 // Time and kernels of layer work on a device. Implementations: AnalyticCost (a roofline over the device's

@@ -12,8 +12,8 @@ TEST(FlopsSampleCost, PinnedInternVlCoefficients) {
   MicroBatchLoad load;
   load.add_packed(5, 1000);  // 5 tiles, 1000 tokens
   load.add_packed(1, 300);
-  // 6 tiles · 3.6e13 + 1300 tokens · 1.19e11 + (1000² + 300²) · 3.54e6
-  const double expected = 6 * 3.6e13 + 1300 * 1.19e11 + (1e6 + 9e4) * 3.54e6;
+  // 6 tiles · 3.6e13 + 1300 tokens · 1.15752112128e11 + (1000² + 300²) · 3.54e6
+  const double expected = 6 * 3.6e13 + 1300 * 1.15752112128e11 + (1e6 + 9e4) * 3.54e6;
   EXPECT_DOUBLE_EQ(cost.micro_batch_flops(load), expected);
   EXPECT_DOUBLE_EQ(cost.micro_batch_seconds(load), expected / 312e12);
 }

@@ -50,27 +50,32 @@ TEST(LayerFlops, SwiGluGqaBlockByHand) {
 
 double component_model_flops(const ComponentSpec& c, const TokenBatch& batch) {
   double total = 0;
-  for (const LayerSpec& layer : c.layers) total += model_flops(layer, batch);
+  for (const LayerSpec& layer : c.layers) total += model_flops(layer, batch, c.trainable);
   return total;
 }
 
 TEST(LayerFlops, AgreeWithThePinnedInternVlSampleCost) {
-  // The balancer's pinned InternVL-Chat-1.5 coefficients against the model's own count.
+  // The balancer's pinned InternVL-Chat-1.5 coefficients are the model's own counts, to 0.5%.
   const ModelSpec m = model_preset("internvl-chat-1.5");
   const FlopsCoefficients pinned;
-  // One 448-px tile: 1,025 tokens through InternViT-6B.
-  const double tile = component_model_flops(*m.find("vision"), {1, 1025, 1025 * 1025});
-  EXPECT_NEAR(tile / pinned.vit_tile_flops, 1.0, 0.01);
+  // One 448-px tile: 1,025 tokens through InternViT-6B (3.5834e13) and its 1,025 / 4 = 256 merged tokens
+  // through the projector (1.788e11): 3.6013e13.
+  const double tile = component_model_flops(*m.find("vision"), {1, 1025, 1025 * 1025}) +
+                      component_model_flops(*m.find("projector"), {1, 256, 256 * 256});
+  EXPECT_NEAR(tile, 3.6013e13, 0.0001e13);
+  EXPECT_NEAR(tile / pinned.vit_tile_flops, 1.0, 0.005);
   // Attention per t² of one sequence: 12 · 6144 · 48 layers = 3,538,944, which the pinned 3.54e6 rounds.
   const double t = 1000;
   const double llm_one = component_model_flops(*m.find("llm"), {1, 1000, 1000 * 1000});
   const double llm_linear = component_model_flops(*m.find("llm"), {1, 1000, 0});
   EXPECT_DOUBLE_EQ((llm_one - llm_linear) / (t * t), 12.0 * 6144 * 48);
-  EXPECT_NEAR((llm_one - llm_linear) / (t * t) / pinned.llm_attention_flops_per_token_squared, 1.0, 0.001);
-  // Per token: 6 × the matmul parameters (19.29B) = 1.157e11. The pinned 1.19e11 is 6 × all 19.86B
-  // parameters, counting the embedding lookup as if it were a matmul: 2.8% more.
-  EXPECT_NEAR(llm_linear / t, 1.157e11, 0.001e11);
-  EXPECT_NEAR(llm_linear / t / pinned.llm_token_flops, 1.0, 0.03);
+  EXPECT_NEAR((llm_one - llm_linear) / (t * t) / pinned.llm_attention_flops_per_token_squared, 1.0, 0.005);
+  // Per token: 6 × the matmul weights, all parameters but the embedding (an embedding lookup does no matmul)
+  // and the norms: 6 × (19,861,260,288 − 92,553 · 6144 − 97 · 6144) = 6 × 19,292,018,688, pinned exactly.
+  const ComponentSpec& llm = *m.find("llm");
+  EXPECT_EQ(llm.parameters() - 92553 * 6144 - 97 * 6144, 19292018688);
+  EXPECT_DOUBLE_EQ(llm_linear / t, 6.0 * 19292018688);
+  EXPECT_DOUBLE_EQ(pinned.llm_token_flops, 6.0 * 19292018688);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 namespace fulcrum {
 
 bool ProfileEntry::matches(const LayerSpec& l, const LayerWork& work) const {
+  // Profiles are measured in 16-bit without context parallelism; other work keeps the fallback's time.
+  if (std::max(1, work.sharding.cp) != 1 || (work.dtype != Dtype::kBf16 && work.dtype != Dtype::kFp16)) return false;
   if (kind != l.kind || hidden != l.hidden || pass != work.pass || tp != std::max(1, work.sharding.tp) ||
       sequence_parallel != (work.sharding.sequence_parallel && tp > 1)) {
     return false;

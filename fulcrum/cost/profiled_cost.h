@@ -17,7 +17,8 @@ namespace fulcrum {
 //      "mlp": "swiglu", "window_tokens": 0, "tp": 1, "sequence_parallel": false, "pass": "forward",
 //      "tokens": [1024, 2048, 4096], "seconds": [0.0011, 0.0021, 0.0043]}]}
 // Passes: forward, backward_input, backward_weight, recompute. Non-transformer layers give only the keys that
-// shape them ("layer": "lm_head", "hidden", "vocab").
+// shape them ("layer": "lm_head", "hidden", "vocab"). Entries are 16-bit (bf16 or fp16) runs without context
+// parallelism; they do not apply to fp8, fp32 or context-parallel work.
 struct ProfileEntry {
   LayerKind kind = LayerKind::kTransformerBlock;
   int64_t hidden = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, in_features = 0;

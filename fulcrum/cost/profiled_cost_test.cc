@@ -39,6 +39,16 @@ TEST(ProfiledCost, ScalesTheFallbackByTheMeasuredRatioInterpolatedInTokens) {
   LayerSpec wider = block;
   wider.ffn = 32;
   EXPECT_DOUBLE_EQ(cost.layer_cost({&wider, Pass::kForward, {1, 1000, 1000000}, {1, false}}).seconds, 0.001);
+  // Measured in 16-bit without context parallelism: fp16 uses it; fp8, fp32 and cp 2 do not.
+  const TokenBatch batch{1, 1000, 1000000};
+  EXPECT_DOUBLE_EQ(
+      cost.layer_cost({&block, Pass::kForward, batch, {1, false}, true, Recompute::kNone, Dtype::kFp16}).seconds,
+      0.002);
+  for (Dtype other : {Dtype::kFp8, Dtype::kFp32}) {
+    EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, batch, {1, false}, true, Recompute::kNone, other}).seconds,
+                     0.001);
+  }
+  EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, batch, {1, false, 2}}).seconds, 0.001);
 }
 
 TEST(ProfileTable, BadInputNamesFileAndEntry) {

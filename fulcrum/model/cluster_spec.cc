@@ -15,7 +15,8 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 DeviceSpec h100() {
-  return {"h100", 989e12, 80 * kGiB, 3.35e12, 900e9, 400e9 / 8, 8, false};
+  // fp8: twice the bf16 rate, as NVIDIA quotes both dense.
+  return {"h100", 989e12, 80 * kGiB, 3.35e12, 900e9, 400e9 / 8, 8, false, 2 * 989e12};
 }
 DeviceSpec a100() {
   return {"a100", 312e12, 80 * kGiB, 2.0e12, 600e9, 200e9 / 8, 8, false};
@@ -102,6 +103,8 @@ void read_device(const json& d, DeviceSpec& device, const std::string& where) {
       device.kind = value.get<std::string>();
     } else if (key == "bf16_flops_per_second") {
       device.bf16_flops_per_second = positive(d, "bf16_flops_per_second", where);
+    } else if (key == "fp8_flops_per_second") {
+      device.fp8_flops_per_second = positive(d, "fp8_flops_per_second", where);
     } else if (key == "memory_bytes") {
       device.memory_bytes = positive(d, "memory_bytes", where);
     } else if (key == "memory_bytes_per_second") {

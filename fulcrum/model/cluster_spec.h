@@ -20,6 +20,7 @@ struct DeviceSpec {
   int devices_per_node = 8;
   // The CPU kind: collectives run on the same cores as compute and slow it down.
   bool communication_shares_compute = false;
+  double fp8_flops_per_second = 0;  // dense fp8 tensor cores; 0: the device has none (A100, A800, cpu)
 };
 
 // A training cluster: `devices` identical devices in nodes of `device.devices_per_node`, and the memory each
@@ -36,7 +37,7 @@ struct ClusterSpec {
 };
 
 // "h100:3072" → 3,072 H100s; the count defaults to one node ("a100" = 8 A100s; "cpu" = 1 device). Kinds:
-//   h100  H100 SXM: 989 TFLOP/s dense bf16, 80 GiB, 3.35 TB/s, NVLink 900 GB/s, 8 per node, 400 Gb/s InfiniBand
+//   h100  H100 SXM: 989 TFLOP/s dense bf16 (1,978 fp8), 80 GiB, 3.35 TB/s, NVLink 900 GB/s, 8 per node, 400 Gb/s InfiniBand
 //   h200  H100 with 141 GB at 4.8 TB/s
 //   a100  A100-80G SXM: 312 TFLOP/s, 80 GiB, 2.0 TB/s, NVLink 600 GB/s, 200 Gb/s InfiniBand per GPU
 //   a800  A100 with NVLink 400 GB/s
@@ -45,7 +46,8 @@ struct ClusterSpec {
 ClusterSpec cluster_preset(std::string_view spec);
 const std::vector<std::string>& cluster_kinds();
 
-// Reads a cluster from JSON: {"fulcrum": 1, "device": {"kind": ..., "bf16_flops_per_second": ..., ...},
+// Reads a cluster from JSON: {"fulcrum": 1, "device": {"kind": ..., "bf16_flops_per_second": ...,
+// "fp8_flops_per_second": ... (optional), ...},
 // "devices": N, "reserve_fraction": f, "reserve_bytes": b}; or {"preset": "h100:64", ...overrides}.
 // Unknown keys, missing rates and non-positive values are errors naming `file` and the key.
 ClusterSpec cluster_from_json(std::string_view text, const std::string& file);

@@ -33,6 +33,12 @@ TEST(ClusterPreset, PinnedDeviceNumbers) {
   EXPECT_DOUBLE_EQ(a800.device.bf16_flops_per_second, 312e12);
   EXPECT_TRUE(cluster_preset("cpu").device.communication_shares_compute);
   EXPECT_FALSE(h100.device.communication_shares_compute);
+  // fp8 tensor cores: twice the bf16 rate on Hopper, none on Ampere or the CPU.
+  EXPECT_DOUBLE_EQ(h100.device.fp8_flops_per_second, 1978e12);
+  EXPECT_DOUBLE_EQ(h200.device.fp8_flops_per_second, 1978e12);
+  EXPECT_EQ(a100.device.fp8_flops_per_second, 0);
+  EXPECT_EQ(a800.device.fp8_flops_per_second, 0);
+  EXPECT_EQ(cluster_preset("cpu").device.fp8_flops_per_second, 0);
 }
 
 TEST(ClusterPreset, ReserveIsFivePercentPlusOneGiB) {
@@ -58,6 +64,10 @@ TEST(ClusterJson, PresetWithOverridesOrAWholeDevice) {
       "intra_node_bytes_per_second": 896e9, "inter_node_bytes_per_second": 50e9, "devices_per_node": 8}})", "m.json");
   EXPECT_EQ(custom.device.kind, "mi300x");
   EXPECT_EQ(custom.nodes(), 1);
+  EXPECT_EQ(custom.device.fp8_flops_per_second, 0);  // not stated: none
+  EXPECT_DOUBLE_EQ(cluster_from_json(R"({"preset": "a100", "device": {"fp8_flops_per_second": 6e14}})", "c.json")
+                       .device.fp8_flops_per_second,
+                   6e14);
 }
 
 TEST(ClusterJson, BadInputNamesFileAndKey) {

@@ -1,17 +1,34 @@
 #include "fulcrum/model/load_model.h"
 
-#include <filesystem>
+#include <fmt/format.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/core/json_document.h"
 #include "fulcrum/model/hf_config.h"
+#include "fulcrum/model/model_json.h"
 #include "fulcrum/model/model_presets.h"
 
 namespace fulcrum {
 
+ModelSpec model_from_file_text(std::string_view text, const std::string& file) {
+  // The Fulcrum schema says so with its "fulcrum" key; no Hugging Face or open_clip config has one.
+  if (is_fulcrum_model_json(parse_json_document(text, file))) return model_from_json(text, file);
+  return model_from_hf_config(text, file);
+}
+
 ModelSpec load_model(const std::string& preset_or_file) {
   const bool json_name = preset_or_file.size() > 5 && preset_or_file.ends_with(".json");
   std::error_code ignored;
-  if (json_name || std::filesystem::is_regular_file(preset_or_file, ignored)) return read_hf_config(preset_or_file);
-  return model_preset(preset_or_file);
+  if (!json_name && !std::filesystem::is_regular_file(preset_or_file, ignored)) return model_preset(preset_or_file);
+  std::ifstream in(preset_or_file, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open", preset_or_file));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return model_from_file_text(text.str(), preset_or_file);
 }
 
 }  // namespace fulcrum

@@ -49,6 +49,7 @@ struct LayerSpec {
   bool patch_bias = true;    // kPatchEmbedding: bias of the patch convolution
 
   int64_t parameters() const;
+  bool operator==(const LayerSpec&) const = default;
 };
 
 enum class ComponentRole { kEncoder, kProjector, kLlm };
@@ -76,6 +77,7 @@ struct ComponentSpec {
   // The heads that tensor parallelism must divide (of the first transformer block), 0 without one.
   int64_t attention_heads() const;
   int64_t kv_heads() const;
+  bool operator==(const ComponentSpec&) const = default;
 };
 
 // A whole multimodal model: encoders, then projectors, then the LLM, each a chain of layers.
@@ -87,6 +89,7 @@ struct ModelSpec {
   int64_t trainable_parameters() const;
   // nullptr when absent.
   const ComponentSpec* find(std::string_view component) const;
+  bool operator==(const ModelSpec&) const = default;
 };
 
 // A chain of `count` identical transformer blocks.
