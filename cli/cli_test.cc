@@ -422,6 +422,11 @@ TEST_F(Cli, PlanFindsAFasterPlanThanTheBaselinesAndWritesIt) {
                                      "--load-schedule {}", p["mbs"].get<int>(), (dir_ / "schedule.json").string()));
   ASSERT_EQ(sim.status, 0) << sim.err;
   EXPECT_EQ(nlohmann::json::parse(sim.out)["plan"]["pp"], p["pp"]);
+  // Megatron-LM's arguments for the Megatron baseline, with its layout.
+  const Result megatron = run("plan --model vit-3b+gpt-11b --cluster a100:16 --gbs 64 --strategy megatron "
+                              "--no-baselines --quiet --export megatron");
+  ASSERT_EQ(megatron.status, 0) << megatron.err;
+  EXPECT_NE(megatron.out.find("--pipeline-model-parallel-layout \"E"), std::string::npos) << megatron.out;
 }
 
 TEST_F(Cli, PlanBadInput) {
@@ -432,6 +437,10 @@ TEST_F(Cli, PlanBadInput) {
        "as positive integers"},
       {"--model gpt-175b --cluster a100:8 --gbs 8 --no-baselines", "fits in memory"},
       {"--model gpt-11b --cluster a100:3 --gbs 7 --no-baselines", "no parallel configuration of 3 devices"},
+      {"--model gpt-11b --cluster a100:16 --gbs 64 --no-baselines --export nemo", "--export nemo"},
+      {"--model internvl-chat-1.5 --cluster a100:64 --gbs 256 --no-baselines --export megatron --strategy balanced "
+       "--baseline-config 4,1,16,1,1",
+       "holds only encoder layers"},
   };
   const std::string out = (dir_ / "plan.json").string();
   for (const auto& [args, message] : cases) {

@@ -15,6 +15,7 @@
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/model/load_model.h"
+#include "fulcrum/plan/export.h"
 #include "fulcrum/plan/planner.h"
 #include "fulcrum/sched/schedule_json.h"
 
@@ -36,6 +37,7 @@ struct PlanOptions {
   std::string strategy = "fulcrum";
   std::string baseline_config;
   std::string out;
+  std::string exporter;
   bool json = false;
   bool quiet = false;
   bool no_baselines = false;
@@ -121,6 +123,9 @@ void run_plan(const PlanOptions& o) {
   }
   if (!o.baseline_config.empty()) request.pinned = parse_config(o.baseline_config);
   const Strategy strategy = parse_strategy(o.strategy);
+  if (!o.exporter.empty() && o.exporter != "megatron" && o.exporter != "deepspeed") {
+    throw InputError(fmt::format("--export {}: use megatron or deepspeed", o.exporter));
+  }
   std::optional<LoadedData> loaded;
   if (!o.data.empty()) {
     loaded = load_dataset(o.data, {o.root, false, &std::cerr});
@@ -140,6 +145,10 @@ void run_plan(const PlanOptions& o) {
     }
   }
   const double search_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // Before anything is written, so an unexportable plan leaves no output behind.
+  std::string exported;
+  if (o.exporter == "megatron") exported = megatron_arguments(request.model, plan, o.gbs);
+  if (o.exporter == "deepspeed") exported = deepspeed_partition(plan);
   const SimResult& d = plan.detail;
   const AnalyticCost cost(request.cluster);
   const double bound_seconds =
@@ -186,6 +195,7 @@ void run_plan(const PlanOptions& o) {
              {"candidates", plan.candidates},
              {"feasible", plan.feasible}};
     if (!o.out.empty()) out["out"] = o.out;
+    if (!exported.empty()) out["export"] = {{"format", o.exporter}, {"text", exported}};
     out["timing"] = {{"search_seconds", search_seconds}};
     std::cout << out.dump(2) << "\n";
     return;
@@ -209,6 +219,7 @@ void run_plan(const PlanOptions& o) {
   }
   std::cout << fmt::format("  {} configurations, {} fit; searched in {:.2f} s\n", plan.candidates, plan.feasible,
                            search_seconds);
+  if (!exported.empty()) std::cout << fmt::format("{} export:\n{}", o.exporter, exported);
 }
 
 }  // namespace
@@ -229,6 +240,7 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_option("--baseline-config", o->baseline_config, "DP,TP,PP,VPP,MBS pinning megatron and balanced");
   cmd->add_flag("--no-baselines", o->no_baselines, "Skip planning the zero3, megatron and balanced baselines");
   cmd->add_option("--out", o->out, "Write the plan and its schedule as JSON");
+  cmd->add_option("--export", o->exporter, "Also print the plan as megatron arguments or a deepspeed partition");
   cmd->add_option("--threads", o->threads, "Threads simulating candidates")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the batchers' shuffle")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");

@@ -1,0 +1,224 @@
+#include "fulcrum/plan/export.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+namespace {
+
+// "ttt" → "t*3"; other strings as they are.
+std::string compress_symbols(const std::string& stage) {
+  std::string out;
+  for (size_t i = 0; i < stage.size();) {
+    size_t j = i;
+    while (j < stage.size() && stage[j] == stage[i]) ++j;
+    out += j - i > 2 ? fmt::format("{}*{}", stage[i], j - i) : stage.substr(i, j - i);
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string megatron_pipeline_layout(const ModelSpec& model, const Schedule& schedule) {
+  // The symbol of each flattened layer; 0 for layers the layout has no symbol for.
+  std::vector<char> symbol;
+  for (const ComponentSpec& c : model.components) {
+    for (const LayerSpec& l : c.layers) {
+      char s = 0;
+      if (c.role == ComponentRole::kLlm) {
+        if (l.kind == LayerKind::kTokenEmbedding) s = 'E';
+        if (l.kind == LayerKind::kTransformerBlock) s = 't';
+        if (l.kind == LayerKind::kLmHead) s = 'L';
+      }
+      symbol.push_back(s);
+    }
+  }
+  std::vector<std::string> stages;
+  for (size_t k = 0; k < schedule.stages.size(); ++k) {
+    std::string stage;
+    for (int32_t i = schedule.stages[k].first_layer; i < schedule.stages[k].end_layer; ++i) {
+      if (symbol[i]) stage += symbol[i];
+    }
+    if (stage.empty()) {
+      throw InputError(fmt::format("stage {} holds only encoder layers, which Megatron-LM's pipeline layout has no "
+                                   "symbol for (an empty stage there deadlocks): plan with the encoder in the first "
+                                   "stage (strategy megatron), or run the plan's schedule with Fulcrum's runtime", k));
+    }
+    stages.push_back(compress_symbols(stage));
+  }
+  // Runs of equal stages as "(stage|)*n"; the last stage of a run closes with '|' inside the group.
+  std::string out;
+  for (size_t i = 0; i < stages.size();) {
+    size_t j = i;
+    while (j < stages.size() && stages[j] == stages[i]) ++j;
+    const bool last = j == stages.size();
+    if (j - i >= 2 && !last) {
+      out += fmt::format("({}|)*{}", stages[i], j - i);
+    } else if (j - i >= 2) {
+      out += fmt::format("({}|)*{},{}", stages[i], j - i - 1, stages[i]);
+    } else {
+      out += stages[i] + (last ? "" : "|");
+    }
+    i = j;
+  }
+  return out;
+}
+
+namespace {
+
+// A recursive-descent expansion: part+ where part is SYM ['*' INT] | '(' part+ ')' '*' INT | '|' | ','.
+class LayoutParser {
+ public:
+  explicit LayoutParser(const std::string& text) : text_(text) {}
+
+  std::string expand() {
+    std::string out = parts(false);
+    if (pos_ != text_.size()) fail("unexpected ')'");
+    return out;
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) const {
+    throw InputError(fmt::format("pipeline layout '{}': {} at character {}", text_, what, pos_));
+  }
+
+  int64_t repeat() {
+    if (pos_ >= text_.size() || text_[pos_] != '*') return 1;
+    ++pos_;
+    const size_t start = pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    if (start == pos_ || pos_ - start > 6) fail("expected a count after '*'");
+    return std::stoll(text_.substr(start, pos_ - start));
+  }
+
+  std::string parts(bool in_group) {
+    std::string out;
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c == ')') {
+        if (!in_group) fail("unexpected ')'");
+        return out;
+      }
+      ++pos_;
+      if (c == '|' || c == ',') {
+        if (c == '|') out += '|';
+        continue;
+      }
+      std::string unit;
+      if (c == '(') {
+        unit = parts(true);
+        if (pos_ >= text_.size() || text_[pos_] != ')') fail("missing ')'");
+        ++pos_;
+        if (pos_ >= text_.size() || text_[pos_] != '*') fail("a group needs '*count'");
+      } else if (c == 'E' || c == 't' || c == 'm' || c == 'L') {
+        unit = std::string(1, c);
+      } else {
+        fail("unknown symbol");
+      }
+      const int64_t n = repeat();
+      if (static_cast<double>(out.size()) + static_cast<double>(unit.size()) * static_cast<double>(n) > 1e6) {
+        fail("expands past a million symbols");
+      }
+      for (int64_t k = 0; k < n; ++k) out += unit;
+    }
+    if (in_group) fail("missing ')'");
+    return out;
+  }
+
+  const std::string& text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> expand_pipeline_layout(const std::string& layout) {
+  const std::string flat = LayoutParser(layout).expand();
+  std::vector<std::string> stages{""};
+  for (char c : flat) {
+    if (c == '|') {
+      stages.emplace_back();
+    } else {
+      stages.back() += c;
+    }
+  }
+  return stages;
+}
+
+std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan, int64_t gbs) {
+  const ParallelConfig& c = plan.config;
+  std::string args = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", c.tp, c.pp);
+  args += fmt::format(" --micro-batch-size {} --global-batch-size {}", c.mbs, gbs);
+  if (c.sequence_parallel) args += " --sequence-parallel";
+  if (c.sharding == StateSharding::kMegatronDistributedOptimizer) args += " --use-distributed-optimizer";
+  args += fmt::format(" --pipeline-model-parallel-layout \"{}\"", megatron_pipeline_layout(model, plan.schedule));
+  // Recomputation: the same for every block, or the most any stage recomputes (Megatron's block method
+  // recomputes the first N blocks of every stage).
+  const Schedule& s = plan.schedule;
+  std::vector<int64_t> full_per_stage(s.stages.size(), 0), selective_per_stage(s.stages.size(), 0);
+  bool any_full = false, any_selective = false, any_none = false;
+  for (size_t k = 0; k < s.stages.size(); ++k) {
+    for (int32_t i = s.stages[k].first_layer; i < s.stages[k].end_layer; ++i) {
+      switch (s.recompute[i]) {
+        case Recompute::kFull: ++full_per_stage[k], any_full = true; break;
+        case Recompute::kSelective: ++selective_per_stage[k], any_selective = true; break;
+        case Recompute::kNone: any_none = true; break;
+      }
+    }
+  }
+  std::string notes;
+  if (any_full && !any_selective && !any_none) {
+    args += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+  } else if (any_selective && !any_full) {
+    args += " --recompute-granularity selective";
+    if (any_none) notes += "# some blocks keep all activations: selective recomputation everywhere is the safe superset\n";
+  } else if (any_full) {
+    const int64_t most = *std::max_element(full_per_stage.begin(), full_per_stage.end());
+    args += fmt::format(" --recompute-granularity full --recompute-method block --recompute-num-layers {}", most);
+    notes += fmt::format("# per-stage full recomputation (blocks): {}\n", fmt::join(full_per_stage, ","));
+    notes += fmt::format("# per-stage selective recomputation (blocks): {}\n", fmt::join(selective_per_stage, ","));
+    notes += "# Megatron-LM recomputes the same number of blocks in every stage: the most any stage needs is given;\n"
+             "# a per-stage hook applying the counts above saves the rest\n";
+  }
+  int64_t encoder_layers = 0;
+  for (const ComponentSpec& comp : model.components) {
+    if (comp.role != ComponentRole::kLlm) encoder_layers += static_cast<int64_t>(comp.layers.size());
+  }
+  if (encoder_layers > 0) {
+    notes += fmt::format("# encoders and projectors ({} layers) run in the first stage, before its LLM layers\n",
+                         encoder_layers);
+    if (c.encoder_tp != c.tp) {
+      notes += fmt::format("# encoder tensor parallelism: {} (its heads do not divide by {})\n", c.encoder_tp, c.tp);
+    }
+  }
+  return notes + args + "\n";
+}
+
+std::string deepspeed_partition(const TrainingPlan& plan) {
+  if (plan.config.vpp != 1) {
+    throw InputError(fmt::format("DeepSpeed's PipelineModule has no interleaving, but the plan has {} model chunks "
+                                 "per rank: export it for Megatron-LM, or plan with one chunk", plan.config.vpp));
+  }
+  std::vector<int32_t> parts{0};
+  for (const StageLayers& st : plan.schedule.stages) parts.push_back(st.end_layer);
+  return fmt::format(
+      "# Fulcrum's stage boundaries over the PipelineModule's layer list (the flattened model: encoders,\n"
+      "# projectors, then the LLM's embedding, blocks, final norm and head); stage s holds [parts[s], parts[s+1]).\n"
+      "from deepspeed.pipe import PipelineModule\n\n"
+      "FULCRUM_PARTS = [{}]\n\n\n"
+      "class FulcrumPipelineModule(PipelineModule):\n"
+      "    def _partition_layers(self, method=\"fulcrum\"):\n"
+      "        stages = self._topo.get_dim(\"pipe\")\n"
+      "        stage_id = self._topo.get_coord(self.global_rank).pipe\n"
+      "        if len(FULCRUM_PARTS) != stages + 1 or FULCRUM_PARTS[-1] != len(self._layer_specs):\n"
+      "            raise ValueError(\"the plan's partition does not match this pipeline\")\n"
+      "        self.parts = list(FULCRUM_PARTS)\n"
+      "        self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])\n",
+      fmt::join(parts, ", "));
+}
+
+}  // namespace fulcrum

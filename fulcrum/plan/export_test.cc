@@ -1,0 +1,103 @@
+#include "fulcrum/plan/export.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/model/model_presets.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(PipelineLayout, TheDocumentedExamplesExpand) {
+  // Megatron-LM's DeepSeek-V3 example: [Ettt] [tt]×29 [m] [L].
+  const auto v3 = expand_pipeline_layout("Et*3|(tt|)*29,m|L");
+  ASSERT_EQ(v3.size(), 32u);
+  EXPECT_EQ(v3[0], "Ettt");
+  EXPECT_EQ(v3[1], "tt");
+  EXPECT_EQ(v3[29], "tt");
+  EXPECT_EQ(v3[30], "m");
+  EXPECT_EQ(v3[31], "L");
+  // Llama-3 70B: [Ett] [tt]×34 [ttt] [tt]×3 [tL]: 40 stages, 80 decoder layers.
+  const auto llama = expand_pipeline_layout("Et*2|(t*2|)*34,t*3|(t*2|)*3,tL");
+  ASSERT_EQ(llama.size(), 40u);
+  int64_t t = 0;
+  for (const std::string& s : llama) t += std::count(s.begin(), s.end(), 't');
+  EXPECT_EQ(t, 80);
+  for (const char* bad : {"E(t", "t*", "(tt|)", "x", "t)"}) {
+    EXPECT_THROW(expand_pipeline_layout(bad), InputError) << bad;
+  }
+}
+
+// A plan of `model` cut by `stages` into pp × vpp stages.
+TrainingPlan plan_of(const ModelSpec& model, int pp, int vpp, std::vector<StageLayers> stages,
+                     Recompute recompute = Recompute::kFull) {
+  TrainingPlan p;
+  p.config.pp = pp;
+  p.config.vpp = vpp;
+  p.config.tp = 8;
+  p.config.dp = 4;
+  p.config.mbs = 2;
+  p.config.sequence_parallel = true;
+  p.config.encoder_tp = 1;
+  ParallelLayout layout;
+  layout.pp = pp;
+  layout.vpp = vpp;
+  layout.dp = 4;
+  layout.tp = 8;
+  p.schedule = make_pipeline_schedule(vpp > 1 ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB, layout, pp * 2,
+                                      std::move(stages), std::vector<Recompute>(flattened_layers(model), recompute));
+  return p;
+}
+
+TEST(PipelineLayout, AMegatronPlanExportsAndParsesBack) {
+  const ModelSpec model = model_preset("internvl-chat-1.5");
+  const int pp = 4, vpp = 2;
+  const TrainingPlan p = plan_of(model, pp, vpp, partition_layers(model, pp * vpp, EncoderPlacement::kFirstStage));
+  const std::string layout = megatron_pipeline_layout(model, p.schedule);
+  const auto stages = expand_pipeline_layout(layout);
+  // The exporter's checks (landscape.md §3.1): a 't' per LLM block, E first, L last, no empty stage, S = PP × VPP.
+  ASSERT_EQ(stages.size(), static_cast<size_t>(pp * vpp)) << layout;
+  int64_t t = 0;
+  for (const std::string& s : stages) {
+    EXPECT_FALSE(s.empty()) << layout;
+    t += std::count(s.begin(), s.end(), 't');
+  }
+  EXPECT_EQ(t, model.find("llm")->transformer_blocks());
+  EXPECT_EQ(stages.front().front(), 'E');
+  EXPECT_EQ(stages.back().back(), 'L');
+  // The arguments carry the layout, the sizes and Megatron's uniform full recomputation.
+  const std::string args = megatron_arguments(model, p, 1024);
+  EXPECT_THAT(args, HasSubstr("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4"));
+  EXPECT_THAT(args, HasSubstr("--micro-batch-size 2 --global-batch-size 1024 --sequence-parallel"));
+  EXPECT_THAT(args, HasSubstr("--pipeline-model-parallel-layout \"" + layout + "\""));
+  EXPECT_THAT(args, HasSubstr("--recompute-granularity full --recompute-method uniform"));
+  EXPECT_THAT(args, HasSubstr("encoder tensor parallelism: 1"));
+}
+
+TEST(PipelineLayout, EncoderOnlyStagesCannotBeExpressed) {
+  const ModelSpec model = model_preset("internvl-chat-1.5");
+  const TrainingPlan p = plan_of(model, 8, 1, partition_layers(model, 8, EncoderPlacement::kSpread));
+  EXPECT_THAT([&] { megatron_pipeline_layout(model, p.schedule); },
+              ::testing::ThrowsMessage<InputError>(HasSubstr("stage 0 holds only encoder layers")));
+}
+
+TEST(DeepspeedPartition, BoundariesAsAPartitionHook) {
+  const ModelSpec model = model_preset("gpt-11b");
+  const TrainingPlan p = plan_of(model, 4, 1, partition_layers(model, 4, EncoderPlacement::kFirstStage));
+  const std::string code = deepspeed_partition(p);
+  std::string parts = "0";
+  for (const StageLayers& s : p.schedule.stages) parts += ", " + std::to_string(s.end_layer);
+  EXPECT_THAT(code, HasSubstr("FULCRUM_PARTS = [" + parts + "]"));
+  EXPECT_THAT(code, HasSubstr("def _partition_layers(self"));
+  const TrainingPlan interleaved = plan_of(model, 4, 2, partition_layers(model, 8, EncoderPlacement::kFirstStage));
+  EXPECT_THROW(deepspeed_partition(interleaved), InputError);
+}
+
+}  // namespace
+}  // namespace fulcrum
