@@ -26,6 +26,11 @@ demo: setup all
 	@echo "== InternVL-Chat-1.5 on 256 A100s (PP 8, encoder spread over the stages): random batches, then balanced"
 	$(BUILD)/fulcrum simulate $(DEMO_SIM) --batcher random
 	$(BUILD)/fulcrum simulate $(DEMO_SIM) --batcher fulcrum
+	@echo "== The fastest plan for InternVL-Chat-1.5 on 256 A100s, against ZeRO-3 and Megatron-LM's rules"
+	$(BUILD)/fulcrum plan --model internvl-chat-1.5 --cluster a100:256 --gbs 1024 --data $(DATA)
+	@echo "== The fastest plan Megatron-LM's pipeline layout can express, as Megatron-LM arguments"
+	$(BUILD)/fulcrum plan --model internvl-chat-1.5 --cluster a100:256 --gbs 1024 --data $(DATA) --no-baselines \
+	  --megatron-layout --export megatron
 
 test: setup all
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

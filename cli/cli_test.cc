@@ -422,9 +422,9 @@ TEST_F(Cli, PlanFindsAFasterPlanThanTheBaselinesAndWritesIt) {
                                      "--load-schedule {}", p["mbs"].get<int>(), (dir_ / "schedule.json").string()));
   ASSERT_EQ(sim.status, 0) << sim.err;
   EXPECT_EQ(nlohmann::json::parse(sim.out)["plan"]["pp"], p["pp"]);
-  // Megatron-LM's arguments for the Megatron baseline, with its layout.
-  const Result megatron = run("plan --model vit-3b+gpt-11b --cluster a100:16 --gbs 64 --strategy megatron "
-                              "--no-baselines --quiet --export megatron");
+  // Megatron-LM's arguments: Fulcrum's plan, with every stage holding LLM layers so the layout can say it.
+  const Result megatron = run("plan --model vit-3b+gpt-11b --cluster a100:16 --gbs 64 --data "
+                              "data/internvl_sft_1.2M.json --no-baselines --quiet --megatron-layout --export megatron");
   ASSERT_EQ(megatron.status, 0) << megatron.err;
   EXPECT_NE(megatron.out.find("--pipeline-model-parallel-layout \"E"), std::string::npos) << megatron.out;
 }

@@ -41,6 +41,7 @@ struct PlanOptions {
   bool json = false;
   bool quiet = false;
   bool no_baselines = false;
+  bool megatron_layout = false;
   int threads = 2;
   uint64_t seed = 0;
 };
@@ -115,6 +116,7 @@ void run_plan(const PlanOptions& o) {
   request.seed = o.seed;
   request.threads = o.threads;
   request.progress = !o.quiet;
+  request.llm_in_every_stage = o.megatron_layout;
   if (o.threads < 1) throw InputError(fmt::format("--threads must be at least 1, got {}", o.threads));
   if (o.image_tokens > 0) {
     for (ComponentSpec& c : request.model.components) {
@@ -135,10 +137,12 @@ void run_plan(const PlanOptions& o) {
   // What users run today, on the same data.
   std::vector<std::pair<Strategy, std::optional<TrainingPlan>>> baselines;
   if (!o.no_baselines) {
+    PlanRequest baseline = request;
+    baseline.llm_in_every_stage = false;  // the baselines as users run them
     for (Strategy b : {Strategy::kZero3, Strategy::kMegatron, Strategy::kBalanced}) {
       if (b == strategy) continue;
       try {
-        baselines.push_back({b, make_plan(b, request)});
+        baselines.push_back({b, make_plan(b, baseline)});
       } catch (const InputError&) {
         baselines.push_back({b, std::nullopt});  // the baseline itself cannot fit: reported as such
       }
@@ -147,7 +151,14 @@ void run_plan(const PlanOptions& o) {
   const double search_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   // Before anything is written, so an unexportable plan leaves no output behind.
   std::string exported;
-  if (o.exporter == "megatron") exported = megatron_arguments(request.model, plan, o.gbs);
+  if (o.exporter == "megatron") {
+    try {
+      exported = megatron_arguments(request.model, plan, o.gbs);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--export megatron: {}; --megatron-layout plans only what Megatron-LM's layout "
+                                   "can express", e.what()));
+    }
+  }
   if (o.exporter == "deepspeed") exported = deepspeed_partition(plan);
   const SimResult& d = plan.detail;
   const AnalyticCost cost(request.cluster);
@@ -239,6 +250,8 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_option("--strategy", o->strategy, "zero3 | megatron | balanced | omnibal | fulcrum")->capture_default_str();
   cmd->add_option("--baseline-config", o->baseline_config, "DP,TP,PP,VPP,MBS pinning megatron and balanced");
   cmd->add_flag("--no-baselines", o->no_baselines, "Skip planning the zero3, megatron and balanced baselines");
+  cmd->add_flag("--megatron-layout", o->megatron_layout,
+                "Only plans whose every stage holds LLM layers (what Megatron-LM's pipeline layout can express)");
   cmd->add_option("--out", o->out, "Write the plan and its schedule as JSON");
   cmd->add_option("--export", o->exporter, "Also print the plan as megatron arguments or a deepspeed partition");
   cmd->add_option("--threads", o->threads, "Threads simulating candidates")->capture_default_str();

@@ -46,8 +46,7 @@ std::string megatron_pipeline_layout(const ModelSpec& model, const Schedule& sch
     }
     if (stage.empty()) {
       throw InputError(fmt::format("stage {} holds only encoder layers, which Megatron-LM's pipeline layout has no "
-                                   "symbol for (an empty stage there deadlocks): plan with the encoder in the first "
-                                   "stage (strategy megatron), or run the plan's schedule with Fulcrum's runtime", k));
+                                   "symbol for (an empty stage there deadlocks)", k));
     }
     stages.push_back(compress_symbols(stage));
   }

@@ -45,13 +45,25 @@ std::vector<double> stage_seconds(const LayerChain& chain, const std::vector<int
 Partition min_max_partition(const LayerChain& chain, int stages) {
   const int64_t n = static_cast<int64_t>(chain.layer_seconds.size());
   check(chain.layer_seconds.size(), chain.boundary_seconds.size(), stages);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<double> prefix(n + 1, 0);
-  for (int64_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + chain.layer_seconds[i];
+  std::vector<int64_t> required(n + 1, 0);  // required layers before each position
+  const bool constrained = !chain.required.empty();
+  if (constrained && chain.required.size() != static_cast<size_t>(n)) {
+    throw InputError(fmt::format("{} required flags for {} layers", chain.required.size(), n));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    prefix[i + 1] = prefix[i] + chain.layer_seconds[i];
+    required[i + 1] = required[i] + (constrained && chain.required[i] ? 1 : 0);
+  }
+  if (constrained && required[n] < stages) {
+    throw InputError(fmt::format("{} layers may start a stage, too few for {} stages", required[n], stages));
+  }
   // Cost of a stage holding layers [j, l): its layers, the transfer in (after j − 1) and out (after l − 1).
   auto cost = [&](int64_t j, int64_t l) {
+    if (constrained && required[l] == required[j]) return kInf;
     return prefix[l] - prefix[j] + boundary(chain, j - 1) + (l < n ? boundary(chain, l - 1) : 0);
   };
-  constexpr double kInf = std::numeric_limits<double>::infinity();
   // best[k][l]: the smallest slowest stage for layers [0, l) in k + 1 stages; cut[k][l]: where the last begins.
   std::vector<std::vector<double>> best(stages, std::vector<double>(n + 1, kInf));
   std::vector<std::vector<int32_t>> cut(stages, std::vector<int32_t>(n + 1, -1));

@@ -13,6 +13,9 @@ namespace fulcrum {
 struct LayerChain {
   std::vector<double> layer_seconds;
   std::vector<double> boundary_seconds;  // layers − 1 entries; empty = free transfers
+  // When given (one per layer): every stage must hold at least one layer marked true (an LLM layer, for
+  // Megatron-LM's pipeline layout, which cannot express a stage of encoder layers only).
+  std::vector<bool> required;
 };
 
 // A partition: stage s holds layers [ends[s − 1], ends[s]) (ends[−1] = 0); ends.back() = layers.
@@ -27,7 +30,7 @@ std::vector<double> stage_seconds(const LayerChain& chain, const std::vector<int
 // The partition into `stages` non-empty stages whose slowest stage is fastest: exact, by dynamic programming
 // over (last layer, stages used), O(layers² · stages) time and O(layers · stages) memory. Ties go by a fixed
 // rule (each stage, from the last, starts as early as it can), so the result is deterministic. InputError when
-// there are fewer layers than stages.
+// there are fewer layers (or required layers) than stages.
 Partition min_max_partition(const LayerChain& chain, int stages);
 
 // OmniBal's Balanced Model Partitioning: the min-max partition of forward times as the anchor, then every

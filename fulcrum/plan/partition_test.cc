@@ -58,6 +58,40 @@ TEST(MinMaxPartition, MatchesBruteForceOnRandomChains) {
   }
 }
 
+TEST(MinMaxPartition, EveryStageHoldsARequiredLayerWhenAsked) {
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 9);
+    LayerChain chain;
+    for (int i = 0; i < layers; ++i) {
+      chain.layer_seconds.push_back(std::uniform_real_distribution<>(0.5, 3)(rng));
+      chain.required.push_back(i >= layers / 3);  // the first third: encoder layers
+    }
+    const int required = static_cast<int>(std::count(chain.required.begin(), chain.required.end(), true));
+    const int stages = 1 + static_cast<int>(rng() % std::min(required, 4));
+    std::vector<std::vector<int32_t>> all;
+    std::vector<int32_t> ends;
+    compositions(layers, stages, ends, all);
+    double best = 1e300;
+    for (const auto& e : all) {
+      bool ok = true;
+      int32_t begin = 0;
+      for (int32_t end : e) {
+        ok = ok && std::count(chain.required.begin() + begin, chain.required.begin() + end, true) > 0;
+        begin = end;
+      }
+      if (ok) best = std::min(best, slowest(chain, e));
+    }
+    const Partition p = min_max_partition(chain, stages);
+    EXPECT_DOUBLE_EQ(p.max_stage_seconds, best) << "trial " << trial;
+    int32_t begin = 0;
+    for (int32_t end : p.ends) {
+      EXPECT_GT(std::count(chain.required.begin() + begin, chain.required.begin() + end, true), 0);
+      begin = end;
+    }
+  }
+}
+
 TEST(MinMaxPartition, EncoderInOneStageWhenItsLayersAreCheap) {
   // 6 encoder layers of 1 s, 6 LLM layers of 2 s, 3 stages: 18 s of work, 6 s per stage is reachable.
   LayerChain chain{{1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2}, {}};

@@ -418,11 +418,30 @@ class Planner {
     const int64_t distance = static_cast<int64_t>(layout.dp) * layout.tp;
     for (size_t i = 0; i < layers.size(); ++i) {
       chain.layer_seconds.push_back(layers[i].training(modes[i]));
+      if (r_.llm_in_every_stage) {
+        const LayerKind k = layers[i].spec->kind;
+        chain.required.push_back(r_.model.components[layers[i].component].role == ComponentRole::kLlm &&
+                                 (k == LayerKind::kTokenEmbedding || k == LayerKind::kTransformerBlock ||
+                                  k == LayerKind::kLmHead));
+      }
       if (with_boundaries && i + 1 < layers.size()) {
         chain.boundary_seconds.push_back(p2p_seconds(layers[i].boundary_bytes, r_.cluster, eff, distance));
       }
     }
     return to_stages(min_max_partition(chain, layout.stages()).ends);
+  }
+
+  bool every_stage_has_llm(const std::vector<StageLayers>& stages) const {
+    std::vector<bool> llm;
+    for (const ComponentSpec& c : r_.model.components) {
+      for (const LayerSpec& l : c.layers) {
+        llm.push_back(c.role == ComponentRole::kLlm && l.kind != LayerKind::kFinalNorm);
+      }
+    }
+    for (const StageLayers& st : stages) {
+      if (std::none_of(llm.begin() + st.first_layer, llm.begin() + st.end_layer, [](bool b) { return b; })) return false;
+    }
+    return true;
   }
 
   static std::vector<StageLayers> to_stages(const std::vector<int32_t>& ends) {
@@ -551,6 +570,7 @@ class Planner {
             if (i + 1 < layers.size()) bytes.push_back(layers[i].boundary_bytes);
           }
           for (const OmnibalCandidate& p : omnibal_partitions(forward, bytes, layout.stages(), 1, 3)) {
+            if (r_.llm_in_every_stage && !every_stage_has_llm(to_stages(p.ends))) continue;
             options.push_back({to_stages(p.ends), {}});
           }
           break;

@@ -54,6 +54,9 @@ struct PlanRequest {
   uint64_t seed = 0;
   // megatron and balanced: this configuration instead of a search (reproductions of published baselines).
   std::optional<ParallelConfig> pinned;
+  // Every stage holds at least one LLM layer (what Megatron-LM's pipeline layout can express: encoders then go
+  // in the first stage with LLM layers).
+  bool llm_in_every_stage = false;
   int sampled_steps = 8;  // steps of the epoch simulated per candidate, spread evenly; their mean is used
   int threads = 2;
   bool progress = true;  // a progress bar on stderr when it is a terminal
