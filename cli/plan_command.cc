@@ -42,6 +42,7 @@ struct PlanOptions {
   bool quiet = false;
   bool no_baselines = false;
   bool megatron_layout = false;
+  bool ablation = false;
   int threads = 2;
   uint64_t seed = 0;
 };
@@ -148,6 +149,11 @@ void run_plan(const PlanOptions& o) {
       }
     }
   }
+  // One change at a time from Megatron-LM's rules to Fulcrum's plan.
+  std::vector<TrainingPlan> ablation;
+  if (o.ablation) {
+    for (const Recipe& recipe : ablation_recipes()) ablation.push_back(make_plan(recipe, request));
+  }
   const double search_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   // Before anything is written, so an unexportable plan leaves no output behind.
   std::string exported;
@@ -207,6 +213,13 @@ void run_plan(const PlanOptions& o) {
              {"feasible", plan.feasible}};
     if (!o.out.empty()) out["out"] = o.out;
     if (!exported.empty()) out["export"] = {{"format", o.exporter}, {"text", exported}};
+    if (o.ablation) {
+      Json rows = Json::array();
+      for (const TrainingPlan& p : ablation) {
+        rows.push_back({{"step", p.recipe}, {"epoch_seconds", p.epoch_seconds}, {"plan", summary_json(p)}});
+      }
+      out["ablation"] = rows;
+    }
     out["timing"] = {{"search_seconds", search_seconds}};
     std::cout << out.dump(2) << "\n";
     return;
@@ -230,6 +243,12 @@ void run_plan(const PlanOptions& o) {
   }
   std::cout << fmt::format("  {} configurations, {} fit; searched in {:.2f} s\n", plan.candidates, plan.feasible,
                            search_seconds);
+  if (o.ablation) {
+    std::cout << "  ablation, one change at a time:\n";
+    for (const TrainingPlan& p : ablation) {
+      std::cout << fmt::format("    {:<24} epoch {:.1f} s ({})\n", p.recipe, p.epoch_seconds, describe(p));
+    }
+  }
   if (!exported.empty()) std::cout << fmt::format("{} export:\n{}", o.exporter, exported);
 }
 
@@ -256,6 +275,8 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_option("--export", o->exporter, "Also print the plan as megatron arguments or a deepspeed partition");
   cmd->add_option("--threads", o->threads, "Threads simulating candidates")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the batchers' shuffle")->capture_default_str();
+  cmd->add_flag("--ablation", o->ablation,
+                "Also plan megatron, + Fulcrum's batches, + exact partition, + adaptive recomputation, + zero-bubble");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   return [o] { run_plan(*o); };

@@ -43,6 +43,52 @@ Strategy parse_strategy(std::string_view name) {
   throw InputError(fmt::format("unknown strategy '{}': use zero3, megatron, balanced, omnibal or fulcrum", name));
 }
 
+Recipe recipe_of(Strategy strategy) {
+  Recipe r;
+  r.name = std::string(strategy_name(strategy));
+  switch (strategy) {
+    case Strategy::kZero3:
+      r.zero3_data_parallel = true;
+      break;
+    case Strategy::kMegatron:
+      break;
+    case Strategy::kBalanced:
+      r.partition = PartitionMethod::kMinMax;
+      break;
+    case Strategy::kOmnibal:
+      r.batcher = "isf";
+      r.partition = PartitionMethod::kOmnibal;
+      r.adaptive_recompute = true;
+      break;
+    case Strategy::kFulcrum:
+      r.batcher = "fulcrum";
+      r.partition = PartitionMethod::kExact;
+      r.adaptive_recompute = true;
+      r.zero_bubble = true;
+      break;
+  }
+  return r;
+}
+
+std::vector<Recipe> ablation_recipes() {
+  std::vector<Recipe> steps;
+  Recipe r = recipe_of(Strategy::kMegatron);
+  steps.push_back(r);
+  r.name = "+ batches";
+  r.batcher = "fulcrum";
+  steps.push_back(r);
+  r.name = "+ partition";
+  r.partition = PartitionMethod::kExact;
+  steps.push_back(r);
+  r.name = "+ recomputation";
+  r.adaptive_recompute = true;
+  steps.push_back(r);
+  r.name = "+ zero-bubble (fulcrum)";
+  r.zero_bubble = true;
+  steps.push_back(r);
+  return steps;
+}
+
 namespace {
 
 // The micro-batches of an epoch's plan that candidates are simulated on.
@@ -53,14 +99,6 @@ struct LoadSet {
   MicroBatchLoad mean;                 // the mean micro-batch: what time is balanced for
   MicroBatchLoad largest;              // the largest of each measure: what memory must hold
 };
-
-const char* batcher_of(Strategy s) {
-  switch (s) {
-    case Strategy::kOmnibal: return "isf";
-    case Strategy::kFulcrum: return "fulcrum";
-    default: return "random";
-  }
-}
 
 // One flattened layer and what it costs for the mean micro-batch (seconds) and the largest (bytes).
 struct LayerInfo {
@@ -77,7 +115,7 @@ struct LayerInfo {
 
 class Planner {
  public:
-  Planner(Strategy strategy, const PlanRequest& r) : strategy_(strategy), r_(r), cost_(r.cluster) {}
+  Planner(Recipe recipe, const PlanRequest& r) : recipe_(std::move(recipe)), r_(r), cost_(r.cluster) {}
 
   TrainingPlan run() {
     prepare_data();
@@ -90,7 +128,7 @@ class Planner {
     prepare_loads(configs);
     // Screening: every candidate on two of the sampled steps; then the most promising on all of them.
     std::vector<Outcome> outcomes(configs.size());
-    Progress progress(fmt::format("planning ({})", strategy_name(strategy_)),
+    Progress progress(fmt::format("planning ({})", recipe_.name),
                       static_cast<int64_t>(configs.size()) + kFinalists, r_.progress);
     parallel_for(configs.size(), [&](size_t i) {
       outcomes[i] = evaluate(configs[i], true);
@@ -113,7 +151,7 @@ class Planner {
     if (ranked.empty()) {
       throw InputError(fmt::format("no configuration of {} fits in memory ({} tried): the closest, {}, needs "
                                    "{:.1f} GiB more per device than the {:.1f} GiB usable",
-                                   strategy_name(strategy_), configs.size(), shortfall_where,
+                                   recipe_.name, configs.size(), shortfall_where,
                                    smallest_shortfall / (1024.0 * 1024 * 1024),
                                    r_.cluster.usable_memory_bytes() / (1024.0 * 1024 * 1024)));
     }
@@ -133,7 +171,7 @@ class Planner {
         best = static_cast<int>(k);
       }
     }
-    if (best < 0) throw InputError(fmt::format("no configuration of {} fits in memory on every step", strategy_name(strategy_)));
+    if (best < 0) throw InputError(fmt::format("no configuration of {} fits in memory on every step", recipe_.name));
     std::vector<Outcome>& outcomes_final = finals;
     TrainingPlan plan = std::move(outcomes_final[best].plan);
     plan.candidates = static_cast<int>(configs.size());
@@ -164,7 +202,7 @@ class Planner {
     std::string where;
   };
 
-  Strategy strategy_;
+  Recipe recipe_;
   const PlanRequest& r_;
   AnalyticCost cost_;
   Dataset synthetic_;
@@ -230,7 +268,7 @@ class Planner {
   std::vector<ParallelConfig> candidates() const {
     const int64_t devices = r_.cluster.devices;
     std::vector<ParallelConfig> out;
-    if (strategy_ == Strategy::kZero3) {
+    if (recipe_.zero3_data_parallel) {
       ParallelConfig c;
       c.dp = static_cast<int>(devices);
       c.mbs = r_.gbs % (4 * devices) == 0 ? 4 : std::max<int64_t>(1, r_.gbs / devices);
@@ -238,7 +276,7 @@ class Planner {
       if (r_.gbs % (c.mbs * devices) == 0) out.push_back(c);
       return out;
     }
-    if (r_.pinned && (strategy_ == Strategy::kMegatron || strategy_ == Strategy::kBalanced)) {
+    if (r_.pinned && !recipe_.adaptive_recompute && recipe_.batcher == "random") {
       ParallelConfig c = *r_.pinned;
       c.encoder_tp = encoder_tp_for(c.tp);
       c.sequence_parallel = c.tp > 1;
@@ -255,7 +293,7 @@ class Planner {
       return out;
     }
     const int per_node = std::max(1, r_.cluster.device.devices_per_node);
-    const bool first_stage = strategy_ == Strategy::kMegatron;
+    const bool first_stage = recipe_.partition == PartitionMethod::kMegatronEven;
     const int64_t spread_blocks = first_stage ? llm_blocks_ : all_blocks_;
     for (int tp = 1; tp <= per_node && tp <= devices; tp *= 2) {
       if (devices % tp != 0 || !llm_tp_ok(tp)) continue;
@@ -280,7 +318,7 @@ class Planner {
             c.sharding = dp > 1 ? StateSharding::kMegatronDistributedOptimizer : StateSharding::kZero0;
             c.schedule = vpp > 1 ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB;
             out.push_back(c);
-            if (strategy_ == Strategy::kFulcrum && vpp == 1 && pp > 1) {
+            if (recipe_.zero_bubble && vpp == 1 && pp > 1) {
               c.schedule = PipelineKind::kZeroBubbleH1;
               out.push_back(c);
             }
@@ -300,7 +338,7 @@ class Planner {
                                    vision_unit_name(data_->vision_unit()), r_.model.name,
                                    vision_unit_name(sample_cost.vision_unit())));
     }
-    const std::string batcher = batcher_of(strategy_);
+    const std::string batcher = recipe_.batcher;
     for (const ParallelConfig& c : configs) {
       const auto key = std::make_tuple(batcher, c.dp, micro_batches_of(c));
       if (loads_.count(key)) continue;
@@ -518,9 +556,9 @@ class Planner {
   TrainingPlan simulate_plan(const ParallelConfig& c, Schedule schedule, const LoadSet& loads, bool screening) const {
     const std::vector<size_t> steps = screening ? screening_steps(loads) : all_steps(loads);
     TrainingPlan plan;
-    plan.strategy = strategy_;
+    plan.recipe = recipe_.name;
     plan.config = c;
-    plan.batcher = batcher_of(strategy_);
+    plan.batcher = recipe_.batcher;
     plan.micro_batches = micro_batches_of(c);
     plan.steps_per_epoch = loads.steps_per_epoch;
     plan.samples_per_step = loads.samples_per_step;
@@ -546,46 +584,49 @@ class Planner {
   Outcome evaluate(const ParallelConfig& c, bool screening) const {
     Outcome out;
     out.where = fmt::format("DP {} TP {} PP {} VPP {} micro-batch {}", c.dp, c.tp, c.pp, c.vpp, c.mbs);
-    const LoadSet& loads = loads_.at(std::make_tuple(std::string(batcher_of(strategy_)), c.dp, micro_batches_of(c)));
+    const LoadSet& loads = loads_.at(std::make_tuple(recipe_.batcher, c.dp, micro_batches_of(c)));
     const ParallelLayout layout = layout_of(c);
     const int m = micro_batches_of(c);
     const std::vector<LayerInfo> layers = layer_infos(layout, loads);
     const std::vector<Recompute> all_full(layers.size(), Recompute::kFull);
     std::vector<std::pair<std::vector<StageLayers>, std::vector<Recompute>>> options;
     try {
-      switch (strategy_) {
-        case Strategy::kZero3:
-          options.push_back({partition_layers(r_.model, 1, EncoderPlacement::kFirstStage), all_full});
-          break;
-        case Strategy::kMegatron:
-          options.push_back({partition_layers(r_.model, layout.stages(), EncoderPlacement::kFirstStage), all_full});
-          break;
-        case Strategy::kBalanced:
-          options.push_back({exact_partition(layers, all_full, layout, false), all_full});
-          break;
-        case Strategy::kOmnibal: {
-          std::vector<double> forward, bytes;
-          for (size_t i = 0; i < layers.size(); ++i) {
-            forward.push_back(layers[i].forward);
-            if (i + 1 < layers.size()) bytes.push_back(layers[i].boundary_bytes);
+      if (recipe_.zero3_data_parallel) {
+        options.push_back({partition_layers(r_.model, 1, EncoderPlacement::kFirstStage), all_full});
+      } else {
+        switch (recipe_.partition) {
+          case PartitionMethod::kMegatronEven:
+            options.push_back({partition_layers(r_.model, layout.stages(), EncoderPlacement::kFirstStage), all_full});
+            break;
+          case PartitionMethod::kMinMax:
+            options.push_back({exact_partition(layers, all_full, layout, false), all_full});
+            break;
+          case PartitionMethod::kOmnibal: {
+            std::vector<double> forward, bytes;
+            for (size_t i = 0; i < layers.size(); ++i) {
+              forward.push_back(layers[i].forward);
+              if (i + 1 < layers.size()) bytes.push_back(layers[i].boundary_bytes);
+            }
+            for (const OmnibalCandidate& p : omnibal_partitions(forward, bytes, layout.stages(), 1, 3)) {
+              if (r_.llm_in_every_stage && !every_stage_has_llm(to_stages(p.ends))) continue;
+              options.push_back({to_stages(p.ends), all_full});
+            }
+            break;
           }
-          for (const OmnibalCandidate& p : omnibal_partitions(forward, bytes, layout.stages(), 1, 3)) {
-            if (r_.llm_in_every_stage && !every_stage_has_llm(to_stages(p.ends))) continue;
-            options.push_back({to_stages(p.ends), {}});
+          case PartitionMethod::kExact: {
+            // For adaptive recomputation: cut for selective recomputation first, then again for the modes that
+            // cut allows; otherwise for full recomputation everywhere.
+            const std::vector<Recompute> selective(layers.size(), Recompute::kSelective);
+            const std::vector<Recompute>& modes = recipe_.adaptive_recompute ? selective : all_full;
+            options.push_back({exact_partition(layers, modes, layout, true), all_full});
+            break;
           }
-          break;
-        }
-        case Strategy::kFulcrum: {
-          // Partition for selective recomputation first, then again for the modes that partition allows.
-          const std::vector<Recompute> selective(layers.size(), Recompute::kSelective);
-          options.push_back({exact_partition(layers, selective, layout, true), {}});
-          break;
         }
       }
     } catch (const InputError&) {
       return out;  // fewer layers than stages for this configuration
     }
-    const bool adaptive = strategy_ == Strategy::kOmnibal || strategy_ == Strategy::kFulcrum;
+    const bool adaptive = recipe_.adaptive_recompute;
     double best_shortfall = std::numeric_limits<double>::infinity();
     auto consider = [&](std::vector<StageLayers> stages, std::vector<Recompute> modes, bool refine) {
       if (adaptive) {
@@ -611,7 +652,8 @@ class Planner {
       }
       consider_plan(out, c, std::move(stages), std::move(modes), loads, screening);
     };
-    for (auto& [stages, modes] : options) consider(stages, modes, strategy_ == Strategy::kFulcrum);
+    const bool refine = recipe_.partition == PartitionMethod::kExact && adaptive;
+    for (auto& [stages, modes] : options) consider(stages, modes, refine);
     if (!out.fits && best_shortfall < out.shortfall_bytes) out.shortfall_bytes = best_shortfall;
     return out;
   }
@@ -637,6 +679,10 @@ class Planner {
 
 }  // namespace
 
-TrainingPlan make_plan(Strategy strategy, const PlanRequest& request) { return Planner(strategy, request).run(); }
+TrainingPlan make_plan(const Recipe& recipe, const PlanRequest& request) { return Planner(recipe, request).run(); }
+
+TrainingPlan make_plan(Strategy strategy, const PlanRequest& request) {
+  return make_plan(recipe_of(strategy), request);
+}
 
 }  // namespace fulcrum

@@ -28,6 +28,27 @@ enum class Strategy { kZero3, kMegatron, kBalanced, kOmnibal, kFulcrum };
 std::string_view strategy_name(Strategy strategy);
 Strategy parse_strategy(std::string_view name);  // InputError for an unknown name
 
+// What a strategy is made of: its batches, its partition, its recomputation. The ablation combines them freely.
+enum class PartitionMethod {
+  kMegatronEven,  // encoders in the first stage, LLM blocks split evenly (partition_layers)
+  kMinMax,        // the min-max partition of stage time over the whole chain, recomputation of every block full
+  kOmnibal,       // OmniBal's anchored neighbourhood, the best three simulated
+  kExact,         // the min-max partition with boundary transfers, cut again for the recomputation it allows
+};
+struct Recipe {
+  std::string name;
+  std::string batcher = "random";  // random, isf or fulcrum
+  PartitionMethod partition = PartitionMethod::kMegatronEven;
+  bool adaptive_recompute = false;  // else full recomputation of every block
+  bool zero_bubble = false;         // ZB-H1 among the schedules
+  bool zero3_data_parallel = false; // the zero3 recipe: no search, pure data parallelism with ZeRO-3
+};
+Recipe recipe_of(Strategy strategy);
+
+// The ablation from Megatron-LM's rules to Fulcrum's plan, one change at a time: megatron, + Fulcrum's batches,
+// + the exact partition, + adaptive recomputation, + zero-bubble schedules (= fulcrum).
+std::vector<Recipe> ablation_recipes();
+
 // One point of the configuration space.
 struct ParallelConfig {
   int dp = 1;
@@ -63,7 +84,7 @@ struct PlanRequest {
 };
 
 struct TrainingPlan {
-  Strategy strategy = Strategy::kFulcrum;
+  std::string recipe;  // the strategy's name, or an ablation step's
   ParallelConfig config;
   std::string batcher;
   Schedule schedule;  // stages and per-layer recomputation included
@@ -82,6 +103,7 @@ struct TrainingPlan {
 // when the device count has no valid factorisation for the model, or when no configuration fits (naming the
 // smallest shortfall and where).
 TrainingPlan make_plan(Strategy strategy, const PlanRequest& request);
+TrainingPlan make_plan(const Recipe& recipe, const PlanRequest& request);
 
 }  // namespace fulcrum
 
