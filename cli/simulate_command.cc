@@ -102,17 +102,6 @@ ClusterSpec load_cluster(const std::string& preset_or_file) {
   return cluster_from_json(read_file(preset_or_file), preset_or_file);
 }
 
-std::string state_sharding_label(StateSharding s) {
-  switch (s) {
-    case StateSharding::kZero0: return "zero-0";
-    case StateSharding::kZero1: return "zero-1";
-    case StateSharding::kZero2: return "zero-2";
-    case StateSharding::kZero3: return "zero-3";
-    case StateSharding::kMegatronDistributedOptimizer: return "distributed-optimizer";
-  }
-  return "?";
-}
-
 std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024)); }
 
 Json breakdown_json(const TimeBreakdown& t) {
@@ -274,7 +263,7 @@ void run_simulate(const SimulateOptions& o) {
               {{"dp", dp}, {"tp", layout.tp}, {"pp", layout.pp}, {"vpp", layout.vpp}, {"encoder_tp", layout.encoder_tp},
                {"schedule", std::string(pipeline_kind_name(kind))}, {"micro_batches", micro_batches},
                {"gbs", o.gbs}, {"mbs", o.mbs},
-               {"state_sharding", state_sharding_label(layout.state_sharding)},
+               {"state_sharding", std::string(state_sharding_name(layout.state_sharding))},
                {"sequence_parallel", layout.sequence_parallel}}}};
     if (!o.load_schedule.empty()) out["plan"]["schedule_file"] = o.load_schedule;
     if (!o.data.empty()) {

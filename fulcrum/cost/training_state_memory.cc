@@ -4,6 +4,17 @@
 
 namespace fulcrum {
 
+const char* state_sharding_name(StateSharding sharding) {
+  switch (sharding) {
+    case StateSharding::kZero0: return "zero-0";
+    case StateSharding::kZero1: return "zero-1";
+    case StateSharding::kZero2: return "zero-2";
+    case StateSharding::kZero3: return "zero-3";
+    case StateSharding::kMegatronDistributedOptimizer: return "distributed-optimizer";
+  }
+  return "?";
+}
+
 TrainingStateBytes training_state_bytes(int64_t parameters, int64_t dp, StateSharding sharding, bool trainable) {
   const double p = static_cast<double>(parameters);
   const double n = static_cast<double>(std::max<int64_t>(1, dp));

@@ -14,6 +14,9 @@ enum class StateSharding {
   kMegatronDistributedOptimizer,  // Megatron-LM --use-distributed-optimizer: fp32 grads, sharded fp32 state
 };
 
+// "zero-0" … "zero-3", "distributed-optimizer".
+const char* state_sharding_name(StateSharding sharding);
+
 // Bytes per device for `parameters` parameters held by this device (after tensor and pipeline parallelism),
 // mixed-precision Adam: 16-bit parameters (2 bytes) and gradients (2), fp32 master copy, momentum and variance
 // (12), as Rajbhandari et al. 2020 (ZeRO) count them; Megatron's distributed optimizer keeps fp32 gradients

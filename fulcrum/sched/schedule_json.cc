@@ -14,17 +14,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-const char* sharding_name(StateSharding s) {
-  switch (s) {
-    case StateSharding::kZero0: return "zero-0";
-    case StateSharding::kZero1: return "zero-1";
-    case StateSharding::kZero2: return "zero-2";
-    case StateSharding::kZero3: return "zero-3";
-    case StateSharding::kMegatronDistributedOptimizer: return "distributed-optimizer";
-  }
-  return "?";
-}
-
 const char* recompute_name(Recompute r) {
   switch (r) {
     case Recompute::kNone: return "none";
@@ -230,7 +219,7 @@ class Reader {
     bool found = false;
     for (StateSharding k : {StateSharding::kZero0, StateSharding::kZero1, StateSharding::kZero2, StateSharding::kZero3,
                             StateSharding::kMegatronDistributedOptimizer}) {
-      if (sharding == sharding_name(k)) s.layout.state_sharding = k, found = true;
+      if (sharding == state_sharding_name(k)) s.layout.state_sharding = k, found = true;
     }
     if (!found) fail("layout.state_sharding", "'{}': zero-0 … zero-3 or distributed-optimizer", sharding);
 
@@ -313,7 +302,7 @@ std::string schedule_to_json(const Schedule& s) {
                     {"vpp", s.layout.vpp},
                     {"encoder_tp", s.layout.encoder_tp},
                     {"sequence_parallel", s.layout.sequence_parallel},
-                    {"state_sharding", sharding_name(s.layout.state_sharding)}};
+                    {"state_sharding", state_sharding_name(s.layout.state_sharding)}};
   return fmt::format(
       "{{\"fulcrum\": 1, \"kind\": \"schedule\", \"pipeline\": \"{}\",\n\"layout\": {},\n\"micro_batches\": {}, "
       "\"model_layers\": {},\n\"stages\": {},\n\"recompute\": {},\n\"programs\": {}}}\n",
