@@ -318,6 +318,12 @@ class Planner {
             c.sharding = dp > 1 ? StateSharding::kMegatronDistributedOptimizer : StateSharding::kZero0;
             c.schedule = vpp > 1 ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB;
             out.push_back(c);
+            if (recipe_.adaptive_recompute && pp == 1 && dp > 1) {
+              // Without a pipeline, ZeRO-3's sharded parameters may buy the memory to recompute less.
+              ParallelConfig z = c;
+              z.sharding = StateSharding::kZero3;
+              out.push_back(z);
+            }
             if (recipe_.zero_bubble && vpp == 1 && pp > 1) {
               c.schedule = PipelineKind::kZeroBubbleH1;
               out.push_back(c);

@@ -23,7 +23,9 @@ namespace fulcrum {
 //   balanced  megatron with an even-cost partition of the whole layer chain ("Megatron-LM balanced")
 //   omnibal   ISF batches, OmniBal's anchored partition search, adaptive recomputation
 //   fulcrum   Fulcrum's batches, the exact min-max partition (boundary transfers included), adaptive
-//             recomputation, and the full search (zero-bubble schedules too)
+//             recomputation, and the full search (zero-bubble schedules, ZeRO-3 without a pipeline)
+// Every searched configuration uses sequence parallelism with tensor parallelism, and the distributed optimizer
+// with data parallelism.
 enum class Strategy { kZero3, kMegatron, kBalanced, kOmnibal, kFulcrum };
 std::string_view strategy_name(Strategy strategy);
 Strategy parse_strategy(std::string_view name);  // InputError for an unknown name
