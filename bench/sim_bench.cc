@@ -13,6 +13,7 @@
 #include "fulcrum/data/batcher.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/model_presets.h"
+#include "fulcrum/plan/partition.h"
 #include "fulcrum/sched/pipeline_schedules.h"
 #include "fulcrum/sched/validate.h"
 #include "fulcrum/sim/simulator.h"
@@ -88,6 +89,17 @@ void BM_GenerateAndValidate(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_GenerateAndValidate)->Unit(benchmark::kMillisecond);
+
+// Issue 12's scale target: a 1,000-layer chain cut exactly into 64 stages (O(layers² · stages)).
+void BM_MinMaxPartition1000Layers(benchmark::State& state) {
+  LayerChain chain;
+  for (int i = 0; i < 1000; ++i) {
+    chain.layer_seconds.push_back(i < 300 ? 1.0 + (i % 7) * 0.1 : 3.0 + (i % 5) * 0.2);  // encoder, then LLM
+    if (i + 1 < 1000) chain.boundary_seconds.push_back(i < 300 ? 0.5 : 0.2);
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(min_max_partition(chain, static_cast<int>(state.range(0))).max_stage_seconds);
+}
+BENCHMARK(BM_MinMaxPartition1000Layers)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace fulcrum
