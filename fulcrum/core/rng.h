@@ -57,26 +57,53 @@ class Rng {
   // faster than Fisher–Yates once the input outgrows the cache.
   template <typename T>
   void shuffle(std::span<T> items) {
-    constexpr size_t kBuckets = 256;
-    if (items.size() < 64 * 1024) {
+    if (items.size() < kBucketedFrom) {
       fisher_yates(items);
       return;
     }
-    std::vector<uint8_t> bucket(items.size());
+    std::vector<T> shuffled;
+    std::vector<uint8_t> buckets;
+    shuffle_into(items, shuffled, buckets, [](size_t, size_t) {});
+    std::move(shuffled.begin(), shuffled.end(), items.begin());
+  }
+
+  // shuffle() writing its result to `out` (resized to fit) instead of in place, and handing it over piece by
+  // piece: visit(begin, end) is called for consecutive ranges of `out`, in order, as soon as each range holds its
+  // final values (one bucket at a time for large inputs, all at once for small ones), so a caller can consume a
+  // range while it is still in cache. `out` ends equal to what shuffle() leaves in `items`, and the stream is
+  // advanced identically. Every item is moved out of `items` before the first visit, so `visit` may reuse it.
+  // `buckets` is scratch, kept by the caller to avoid allocating on every call.
+  template <typename T, typename Visit>
+  void shuffle_into(std::span<T> items, std::vector<T>& out, std::vector<uint8_t>& buckets, Visit&& visit) {
+    constexpr size_t kBuckets = 256;
+    const size_t n = items.size();
+    out.resize(n);
+    if (n < kBucketedFrom) {
+      std::move(items.begin(), items.end(), out.begin());
+      fisher_yates(std::span<T>(out));
+      if (n > 0) visit(size_t{0}, n);
+      return;
+    }
+    buckets.resize(n);
     std::array<size_t, kBuckets + 1> begin{};
-    for (size_t i = 0; i < items.size(); ++i) {
-      bucket[i] = static_cast<uint8_t>(below(kBuckets));
-      ++begin[bucket[i] + 1];
+    // The loops below draw from a local copy of the generator, which the compiler can keep in registers; stores
+    // through uint8_t or T pointers could otherwise alias the member state and force it through memory.
+    Rng local = *this;
+    for (size_t i = 0; i < n; ++i) {
+      // below(256) is the top 8 bits of one draw, never rejected (2^64 is a multiple of 256).
+      buckets[i] = static_cast<uint8_t>(local.below(kBuckets));
+      ++begin[buckets[i] + 1];
     }
     for (size_t b = 0; b < kBuckets; ++b) begin[b + 1] += begin[b];
-    std::vector<T> scattered(items.size());
     std::array<size_t, kBuckets> next;
     std::copy(begin.begin(), begin.end() - 1, next.begin());
-    for (size_t i = 0; i < items.size(); ++i) scattered[next[bucket[i]]++] = std::move(items[i]);
+    for (size_t i = 0; i < n; ++i) out[next[buckets[i]]++] = std::move(items[i]);
     for (size_t b = 0; b < kBuckets; ++b) {
-      fisher_yates(std::span<T>(scattered.data() + begin[b], begin[b + 1] - begin[b]));
+      if (begin[b + 1] == begin[b]) continue;
+      local.fisher_yates(std::span<T>(out.data() + begin[b], begin[b + 1] - begin[b]));
+      visit(begin[b], begin[b + 1]);
     }
-    std::move(scattered.begin(), scattered.end(), items.begin());
+    *this = local;
   }
 
   template <typename T>
@@ -88,6 +115,8 @@ class Rng {
   }
 
  private:
+  static constexpr size_t kBucketedFrom = 64 * 1024;  // smaller inputs: plain Fisher–Yates
+
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
   uint64_t state_[4];

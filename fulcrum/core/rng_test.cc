@@ -56,5 +56,27 @@ TEST(Rng, ShuffleIsAPermutation) {
   EXPECT_LT(fixed_points, 20);
 }
 
+TEST(Rng, ShuffleIntoEqualsShuffleAndVisitsInOrder) {
+  // Below and above the size where shuffle() switches to buckets.
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{200000}}) {
+    std::vector<uint32_t> a(n), b(n);
+    std::iota(a.begin(), a.end(), 0u);
+    std::iota(b.begin(), b.end(), 0u);
+    Rng ra({9, n}), rb({9, n});
+    ra.shuffle(std::span<uint32_t>(a));
+    std::vector<uint32_t> out;
+    std::vector<uint8_t> scratch;
+    size_t visited = 0;
+    rb.shuffle_into(std::span<uint32_t>(b), out, scratch, [&](size_t begin, size_t end) {
+      ASSERT_EQ(begin, visited);
+      ASSERT_LT(begin, end);
+      visited = end;
+    });
+    EXPECT_EQ(visited, n);
+    EXPECT_EQ(out, a) << n;
+    EXPECT_EQ(ra.next_u64(), rb.next_u64()) << n;  // the streams advanced alike
+  }
+}
+
 }  // namespace
 }  // namespace fulcrum
