@@ -74,7 +74,23 @@ TEST(Rng, ShuffleIntoEqualsShuffleAndVisitsInOrder) {
     });
     EXPECT_EQ(visited, n);
     EXPECT_EQ(out, a) << n;
-    EXPECT_EQ(ra.next_u64(), rb.next_u64()) << n;  // the streams advanced alike
+
+    // The same on two threads.
+    std::vector<uint32_t> c(n), out2;
+    std::iota(c.begin(), c.end(), 0u);
+    Rng rc({9, n});
+    visited = 0;
+    rc.shuffle_into_two_threads(std::span<uint32_t>(c), out2, scratch, [&](size_t begin, size_t end) {
+      ASSERT_EQ(begin, visited);
+      ASSERT_LT(begin, end);
+      ASSERT_TRUE(std::equal(out2.begin() + begin, out2.begin() + end, a.begin() + begin));  // final when visited
+      visited = end;
+    });
+    EXPECT_EQ(visited, n);
+    EXPECT_EQ(out2, a) << n;
+    const uint64_t next = ra.next_u64();  // the streams advanced alike
+    EXPECT_EQ(rb.next_u64(), next) << n;
+    EXPECT_EQ(rc.next_u64(), next) << n;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <thread>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/rng.h"
@@ -57,18 +58,22 @@ class PassSweep {
   // `next` has room for the whole pool; it may be the memory the pool was shuffled out of.
   PassSweep(const IsfParams& p, bool last, R* next, Groups& out) : p_(p), last_(last), next_(next), out_(out) {}
 
-  void feed(const R* begin, const R* end) {
+  // Out of line, so that the loop gets the registers to itself rather than sharing them with the shuffle.
+  [[gnu::noinline]] void feed(const R* begin, const R* end) {
     // Local copies of the state stay in registers. Whether a record closes the open group is close to a coin
     // toss, so the common outcome (close, and recycle the group) is computed without branching; only accepting a
-    // full group branches, which is rare after the first passes.
+    // full group branches, which is rare after the first passes. A closing group is never empty: every pool
+    // record fits the caps alone.
     size_t size = size_, open = open_;
     int64_t vision = vision_, tokens = tokens_;
     const int64_t vision_cap = p_.vision_cap, token_cap = p_.token_cap;
-    const int64_t vision_full = p_.vision_full, text_full = p_.text_full;
+    // In the last pass every group is accepted: thresholds of 0 make every group full.
+    const int64_t vision_full = last_ ? 0 : p_.vision_full, text_full = last_ ? 0 : p_.text_full;
+    R* const next = next_;
     for (const R* r = begin; r != end; ++r) {
       const int64_t v = r->vision, t = r->tokens;
       const bool close = (vision + v > vision_cap) | (tokens + t > token_cap);
-      if (close & (size > open) & (last_ | (vision >= vision_full) | (tokens >= text_full))) {  // OR, ≥ (Q4)
+      if (close & ((vision >= vision_full) | (tokens >= text_full))) {  // OR, and ≥ (Q4)
         accept(open, size);
         size = open;
       }
@@ -78,7 +83,7 @@ class PassSweep {
       open += (size - open) & ~static_cast<size_t>(keep);
       vision = (vision & keep) + v;
       tokens = (tokens & keep) + t;
-      next_[size++] = *r;
+      next[size++] = *r;
     }
     size_ = size;
     open_ = open;
@@ -96,8 +101,9 @@ class PassSweep {
   }
 
  private:
-  // Moves next_[begin, end) out of the next pool into the output as one group.
-  void accept(size_t begin, size_t end) {
+  // Moves next_[begin, end) out of the next pool into the output as one group. Out of line: the rare path,
+  // kept from crowding the sweep loop's registers.
+  [[gnu::noinline]] void accept(size_t begin, size_t end) {
     for (size_t k = begin; k < end; ++k) out_.ids.push_back(next_[k].id);
     out_.begin.push_back(out_.ids.size());
   }
@@ -117,13 +123,18 @@ template <typename R>
 void run_passes(std::vector<R> pool, const IsfParams& p, Groups& out) {
   std::vector<R> shuffled;
   std::vector<uint8_t> buckets;
+  // A second core shuffles while this one sweeps; the groups are the same either way.
+  const bool two_threads = std::thread::hardware_concurrency() >= 2;
   size_t size = pool.size();
   for (int pass = 0; pass < p.passes && size > 0; ++pass) {  // empty pool: nothing left to regroup (Q3)
     Rng rng({p.seed, static_cast<uint64_t>(p.epoch), kIsfPurpose, static_cast<uint64_t>(pass)});
     PassSweep<R> sweep(p, /*last=*/pass + 1 == p.passes, pool.data(), out);
-    rng.shuffle_into(std::span<R>(pool.data(), size), shuffled, buckets, [&](size_t begin, size_t end) {
-      sweep.feed(shuffled.data() + begin, shuffled.data() + end);
-    });
+    auto feed = [&](size_t begin, size_t end) { sweep.feed(shuffled.data() + begin, shuffled.data() + end); };
+    if (two_threads) {
+      rng.shuffle_into_two_threads(std::span<R>(pool.data(), size), shuffled, buckets, feed);
+    } else {
+      rng.shuffle_into(std::span<R>(pool.data(), size), shuffled, buckets, feed);
+    }
     size = sweep.finish();
   }
 }
