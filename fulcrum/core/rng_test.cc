@@ -56,5 +56,43 @@ TEST(Rng, ShuffleIsAPermutation) {
   EXPECT_LT(fixed_points, 20);
 }
 
+TEST(Rng, ShuffleIntoEqualsShuffleAndVisitsInOrder) {
+  // Below and above the size where shuffle() switches to buckets.
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{200000}}) {
+    std::vector<uint32_t> a(n), b(n);
+    std::iota(a.begin(), a.end(), 0u);
+    std::iota(b.begin(), b.end(), 0u);
+    Rng ra({9, n}), rb({9, n});
+    ra.shuffle(std::span<uint32_t>(a));
+    std::vector<uint32_t> out;
+    std::vector<uint8_t> scratch;
+    size_t visited = 0;
+    rb.shuffle_into(std::span<uint32_t>(b), out, scratch, [&](size_t begin, size_t end) {
+      ASSERT_EQ(begin, visited);
+      ASSERT_LT(begin, end);
+      visited = end;
+    });
+    EXPECT_EQ(visited, n);
+    EXPECT_EQ(out, a) << n;
+
+    // The same on two threads.
+    std::vector<uint32_t> c(n), out2;
+    std::iota(c.begin(), c.end(), 0u);
+    Rng rc({9, n});
+    visited = 0;
+    rc.shuffle_into_two_threads(std::span<uint32_t>(c), out2, scratch, [&](size_t begin, size_t end) {
+      ASSERT_EQ(begin, visited);
+      ASSERT_LT(begin, end);
+      ASSERT_TRUE(std::equal(out2.begin() + begin, out2.begin() + end, a.begin() + begin));  // final when visited
+      visited = end;
+    });
+    EXPECT_EQ(visited, n);
+    EXPECT_EQ(out2, a) << n;
+    const uint64_t next = ra.next_u64();  // the streams advanced alike
+    EXPECT_EQ(rb.next_u64(), next) << n;
+    EXPECT_EQ(rc.next_u64(), next) << n;
+  }
+}
+
 }  // namespace
 }  // namespace fulcrum

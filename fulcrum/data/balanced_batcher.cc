@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <exception>
 #include <numeric>
 #include <queue>
+#include <thread>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/rng.h"
@@ -62,21 +66,30 @@ class WindowBalancer {
   double seconds_of(const MicroBatchLoad& load) const { return cost_.micro_batch_seconds(load); }
 
   void load_items(std::span<const uint32_t> samples) {
-    items_.clear();
-    for (uint32_t id : samples) {
-      Item item{id, data_.vision(id), data_.tokens(id), 0};
+    // Gather the loads first, then ask the cost: the stream visits the dataset in random order, and a loop
+    // without calls lets the processor overlap those cache misses.
+    items_.resize(samples.size());
+    for (size_t k = 0; k < samples.size(); ++k) {
+      const uint32_t id = samples[k];
+      items_[k] = {id, data_.vision(id), data_.tokens(id), 0};
+    }
+    for (Item& item : items_) {
       MicroBatchLoad alone;
       alone.add_packed(item.vision, item.tokens);
       item.seconds = seconds_of(alone);
-      items_.push_back(item);
     }
-    // Decreasing time; ties by vision, then by stream position (stable), so the order is fixed.
-    order_.resize(items_.size());
-    std::iota(order_.begin(), order_.end(), 0u);
-    std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
-      if (items_[a].seconds != items_[b].seconds) return items_[a].seconds > items_[b].seconds;
-      return items_[a].vision > items_[b].vision;
+    // Decreasing time; ties by vision, then by stream position, so the order is fixed. The keys are sorted
+    // beside the positions, so comparisons read one contiguous array; with the position as the last key the
+    // order is total, and an unstable sort gives the one order there is.
+    keys_.resize(items_.size());
+    for (uint32_t k = 0; k < items_.size(); ++k) keys_[k] = {items_[k].seconds, items_[k].vision, k};
+    std::sort(keys_.begin(), keys_.end(), [](const SortKey& a, const SortKey& b) {
+      if (a.seconds != b.seconds) return a.seconds > b.seconds;
+      if (a.vision != b.vision) return a.vision > b.vision;
+      return a.position < b.position;
     });
+    order_.resize(items_.size());
+    for (size_t k = 0; k < keys_.size(); ++k) order_[k] = keys_[k].position;
   }
 
   void open_bins(size_t count) {
@@ -247,12 +260,67 @@ class WindowBalancer {
   const Dataset& data_;
   const BatchParams& params_;
   const SampleCost& cost_;
+  struct SortKey {
+    double seconds;
+    uint32_t vision;
+    uint32_t position;  // in items_
+  };
+
   std::vector<Item> items_;
+  std::vector<SortKey> keys_;
   std::vector<uint32_t> order_;
   std::vector<Bin> bins_;
   size_t bin_count_ = 0;
   std::vector<uint32_t> by_time_;
 };
+
+// Balances windows 0..windows-1 with `balance(k, balancer, out)` on this thread and a helper thread, each taking
+// the next unclaimed window when it is free (so a thread slowed by other load takes fewer), then appends the
+// windows' micro-batches to `plan` in window order. The plan is the one a single thread makes. A window that
+// fails stops its thread; the error raised is the first failing window's, as from a single thread: every window
+// before it was claimed earlier, and either completed or failed first.
+template <typename Balance>
+void balance_on_two_threads(int64_t windows, Balance&& balance, const Dataset& data, const BatchParams& params,
+                            const SampleCost& cost, BatchPlan& plan) {
+  struct Done {
+    int worker = 0;
+    int64_t first = 0, last = 0;  // its micro-batches in that worker's plan
+  };
+  std::vector<Done> done(static_cast<size_t>(windows));
+  std::atomic<int64_t> next{0};
+  struct Failure {
+    int64_t window = -1;
+    std::exception_ptr error;
+  };
+  std::array<Failure, 2> failures;
+  std::array<BatchPlan, 2> parts{new_plan("fulcrum", params, data, false), new_plan("fulcrum", params, data, false)};
+  auto work = [&](int worker) {
+    WindowBalancer balancer(data, params, cost);
+    BatchPlan& out = parts[static_cast<size_t>(worker)];
+    for (int64_t k = next.fetch_add(1); k < windows; k = next.fetch_add(1)) {
+      const int64_t first = out.micro_batch_count();
+      try {
+        balance(k, balancer, out);
+      } catch (...) {
+        failures[static_cast<size_t>(worker)] = {k, std::current_exception()};
+        return;
+      }
+      done[static_cast<size_t>(k)] = {worker, first, out.micro_batch_count()};
+    }
+  };
+  {
+    std::jthread helper(work, 1);
+    work(0);
+  }  // joins the helper
+  const Failure* first_failure = nullptr;
+  for (const Failure& f : failures) {
+    if (f.error && (!first_failure || f.window < first_failure->window)) first_failure = &f;
+  }
+  if (first_failure) std::rethrow_exception(first_failure->error);
+  for (const Done& d : done) {
+    for (int64_t m = d.first; m < d.last; ++m) plan.add_micro_batch(parts[static_cast<size_t>(d.worker)].micro_batch(m));
+  }
+}
 
 }  // namespace
 
@@ -265,15 +333,25 @@ BatchPlan BalancedBatcher::plan(const Dataset& data, const BatchParams& params, 
   plan.dropped = stream.dropped;
   const int64_t window = params.window_steps;
   const int64_t first_window = std::clamp<int64_t>(first_step, 0, stream.steps()) / window;
+  const int64_t end_window = (stream.steps() + window - 1) / window;
   plan.set_first_step(first_window * window);
   plan.reserve(stream.order.size(), static_cast<size_t>(stream.steps() * params.slots_per_step()));
-  WindowBalancer balancer(data, params, cost);
-  for (int64_t w = first_window; w * window < stream.steps(); ++w) {
+  const int64_t windows = end_window - first_window;
+  auto window_samples = [&](int64_t w) {
     const int64_t begin_step = w * window;
     const int64_t end_step = std::min(stream.steps(), begin_step + window);
-    std::span<const uint32_t> samples(stream.order.data() + stream.step_begin[begin_step],
-                                      stream.order.data() + stream.step_begin[end_step]);
-    balancer.balance(samples, end_step - begin_step, w, plan);
+    return std::span<const uint32_t>(stream.order.data() + stream.step_begin[begin_step],
+                                     stream.order.data() + stream.step_begin[end_step]);
+  };
+  auto window_steps = [&](int64_t w) { return std::min(stream.steps(), (w + 1) * window) - w * window; };
+  if (windows < 2 || std::thread::hardware_concurrency() < 2) {
+    WindowBalancer balancer(data, params, cost);
+    for (int64_t w = first_window; w < end_window; ++w) balancer.balance(window_samples(w), window_steps(w), w, plan);
+  } else {
+    balance_on_two_threads(windows, [&](int64_t k, WindowBalancer& balancer, BatchPlan& out) {
+      const int64_t w = first_window + k;
+      balancer.balance(window_samples(w), window_steps(w), w, out);
+    }, data, params, cost, plan);
   }
   return first_step == plan.first_step() ? plan : plan.tail(first_step - plan.first_step());
 }

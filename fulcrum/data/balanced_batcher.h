@@ -26,7 +26,9 @@ namespace fulcrum {
 //      the residual time spread inside a step is a fraction of the window's.
 //   4. Order: rank r takes the r-th bin of even micro-batch slots and the (dp−1−r)-th of odd ones, so rank sums
 //      stay even; the window's steps are then put in a seeded random order, so no light-to-heavy drift shows.
-// Cost: O(S log B) per window, windows independent (resuming at step k recomputes from k's window only).
+// Cost: O(S log B) per window, windows independent (resuming at step k recomputes from k's window only). With
+// two cores the windows are shared between two threads and the plan is assembled in window order, so it is the
+// same as from one thread; the SampleCost is then asked from both threads at once (its implementations are pure).
 class BalancedBatcher : public Batcher {
  public:
   std::string_view name() const override { return "fulcrum"; }

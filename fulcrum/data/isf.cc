@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
+#include <thread>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/rng.h"
@@ -17,20 +19,23 @@ constexpr uint64_t kIsfPurpose = 0x697366ULL;         // "isf"
 constexpr uint64_t kIsfDealPurpose = 0x6973666465ULL;  // "isfde"
 
 // A sample with its loads beside its id, so passes read one contiguous array instead of looking ids up.
+// The passes are bound by moving records (the shuffle scatters every record once per pass), so loads that fit in
+// 16 bits are stored in 16 bits: 8-byte records instead of 12.
+template <typename Load>
 struct Rec {
   uint32_t id;
-  uint32_t vision;
-  uint32_t tokens;
+  Load vision;
+  Load tokens;
 };
 
 // FILL over records already in pass order: `on_group(begin, end, vision, tokens)` gets each group as it closes,
 // the open one included at the end (Q2).
-template <typename OnGroup>
-void sweep(std::span<const Rec> pool, const IsfParams& p, OnGroup&& on_group) {
+template <typename R, typename OnGroup>
+void sweep(std::span<const R> pool, const IsfParams& p, OnGroup&& on_group) {
   size_t open = 0;
   int64_t vision = 0, tokens = 0;
   for (size_t i = 0; i < pool.size(); ++i) {
-    const Rec& r = pool[i];
+    const R& r = pool[i];
     if (vision + r.vision > p.vision_cap || tokens + r.tokens > p.token_cap) {
       if (i > open) on_group(open, i, vision, tokens);
       open = i;
@@ -43,12 +48,113 @@ void sweep(std::span<const Rec> pool, const IsfParams& p, OnGroup&& on_group) {
   if (pool.size() > open) on_group(open, pool.size(), vision, tokens);
 }
 
+// FILL and filter of one pass (the same rule as sweep()), fed the shuffled pool piece by piece as the shuffle
+// finishes each piece. Every record is appended to the next pass's pool as it is read; when its group closes full
+// (or in the last pass) the group is taken back off that pool and accepted. Most groups are recycled and have
+// one or two samples, so writing each record once beats copying every recycled group when it closes.
+template <typename R>
+class PassSweep {
+ public:
+  // `next` has room for the whole pool; it may be the memory the pool was shuffled out of.
+  PassSweep(const IsfParams& p, bool last, R* next, Groups& out) : p_(p), last_(last), next_(next), out_(out) {}
+
+  // Out of line, so that the loop gets the registers to itself rather than sharing them with the shuffle.
+  [[gnu::noinline]] void feed(const R* begin, const R* end) {
+    // Local copies of the state stay in registers. Whether a record closes the open group is close to a coin
+    // toss, so the common outcome (close, and recycle the group) is computed without branching; only accepting a
+    // full group branches, which is rare after the first passes. A closing group is never empty: every pool
+    // record fits the caps alone.
+    size_t size = size_, open = open_;
+    int64_t vision = vision_, tokens = tokens_;
+    const int64_t vision_cap = p_.vision_cap, token_cap = p_.token_cap;
+    // In the last pass every group is accepted: thresholds of 0 make every group full.
+    const int64_t vision_full = last_ ? 0 : p_.vision_full, text_full = last_ ? 0 : p_.text_full;
+    R* const next = next_;
+    for (const R* r = begin; r != end; ++r) {
+      const int64_t v = r->vision, t = r->tokens;
+      const bool close = (vision + v > vision_cap) | (tokens + t > token_cap);
+      if (close & ((vision >= vision_full) | (tokens >= text_full))) {  // OR, and ≥ (Q4)
+        accept(open, size);
+        size = open;
+      }
+      // Masks instead of ?: so that the compiler cannot turn them back into a branch: keep is all ones while
+      // the group stays open and zero when it closes.
+      const int64_t keep = static_cast<int64_t>(close) - 1;
+      open += (size - open) & ~static_cast<size_t>(keep);
+      vision = (vision & keep) + v;
+      tokens = (tokens & keep) + t;
+      next[size++] = *r;
+    }
+    size_ = size;
+    open_ = open;
+    vision_ = vision;
+    tokens_ = tokens;
+  }
+
+  // Closes the open group (Q2); returns the size of the next pool.
+  size_t finish() {
+    if (size_ > open_ && (last_ || vision_ >= p_.vision_full || tokens_ >= p_.text_full)) {
+      accept(open_, size_);
+      size_ = open_;
+    }
+    return size_;
+  }
+
+ private:
+  // Moves next_[begin, end) out of the next pool into the output as one group. Out of line: the rare path,
+  // kept from crowding the sweep loop's registers.
+  [[gnu::noinline]] void accept(size_t begin, size_t end) {
+    for (size_t k = begin; k < end; ++k) out_.ids.push_back(next_[k].id);
+    out_.begin.push_back(out_.ids.size());
+  }
+
+  const IsfParams& p_;
+  const bool last_;
+  R* const next_;
+  Groups& out_;
+  size_t size_ = 0;  // records in the next pool
+  size_t open_ = 0;  // where the open group starts in it
+  int64_t vision_ = 0, tokens_ = 0;
+};
+
+// The passes of ISF over `pool`, appending accepted groups to `out`. Two buffers serve all passes: the shuffle
+// moves the pool into `shuffled`, and the sweep writes the recycled records back into the pool's memory.
+template <typename R>
+void run_passes(std::vector<R> pool, const IsfParams& p, Groups& out) {
+  std::vector<R> shuffled;
+  std::vector<uint8_t> buckets;
+  // A second core shuffles while this one sweeps; the groups are the same either way.
+  const bool two_threads = std::thread::hardware_concurrency() >= 2;
+  size_t size = pool.size();
+  for (int pass = 0; pass < p.passes && size > 0; ++pass) {  // empty pool: nothing left to regroup (Q3)
+    Rng rng({p.seed, static_cast<uint64_t>(p.epoch), kIsfPurpose, static_cast<uint64_t>(pass)});
+    PassSweep<R> sweep(p, /*last=*/pass + 1 == p.passes, pool.data(), out);
+    auto feed = [&](size_t begin, size_t end) { sweep.feed(shuffled.data() + begin, shuffled.data() + end); };
+    if (two_threads) {
+      rng.shuffle_into_two_threads(std::span<R>(pool.data(), size), shuffled, buckets, feed);
+    } else {
+      rng.shuffle_into(std::span<R>(pool.data(), size), shuffled, buckets, feed);
+    }
+    size = sweep.finish();
+  }
+}
+
+template <typename Load>
+void run_passes(const Dataset& data, std::span<const uint32_t> ids, const IsfParams& p, Groups& out) {
+  std::vector<Rec<Load>> pool(ids.size());
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const uint32_t id = ids[k];
+    pool[k] = {id, static_cast<Load>(data.vision(id)), static_cast<Load>(data.tokens(id))};
+  }
+  run_passes(std::move(pool), p, out);
+}
+
 }  // namespace
 
 void isf_fill(const Dataset& data, std::span<const uint32_t> order, const IsfParams& p, Groups& out) {
-  std::vector<Rec> pool;
+  std::vector<Rec<uint32_t>> pool;
   for (uint32_t id : order) pool.push_back({id, data.vision(id), data.tokens(id)});
-  sweep(pool, p, [&](size_t begin, size_t end, int64_t, int64_t) {
+  sweep(std::span<const Rec<uint32_t>>(pool), p, [&](size_t begin, size_t end, int64_t, int64_t) {
     for (size_t k = begin; k < end; ++k) out.ids.push_back(pool[k].id);
     out.begin.push_back(out.ids.size());
   });
@@ -64,37 +170,25 @@ bool isf_full(const Dataset& data, std::span<const uint32_t> group, const IsfPar
 }
 
 Groups isf_groups(const Dataset& data, const IsfParams& p, OversizePolicy oversize) {
-  std::vector<Rec> pool;
-  std::vector<uint32_t> over;
-  pool.reserve(data.size());
+  std::vector<uint32_t> fitting, over;
+  fitting.reserve(data.size());
+  uint32_t largest = 0;  // the largest load of a fitting sample, vision or tokens
   for (uint32_t id = 0; id < data.size(); ++id) {
     if (data.vision(id) > p.vision_cap || data.tokens(id) > p.token_cap) {
       if (oversize == OversizePolicy::kError) throw_oversize(data, id, p.vision_cap, p.token_cap);
       over.push_back(id);
     } else {
-      pool.push_back({id, data.vision(id), data.tokens(id)});
+      fitting.push_back(id);
+      largest = std::max({largest, data.vision(id), data.tokens(id)});
     }
   }
   Groups out;
   out.ids.reserve(data.size());
-  std::vector<Rec> next;  // the groups of this pass that go back to the pool
-  next.reserve(pool.size());
-  for (int pass = 0; pass < p.passes && !pool.empty(); ++pass) {
-    Rng rng({p.seed, static_cast<uint64_t>(p.epoch), kIsfPurpose, static_cast<uint64_t>(pass)});
-    rng.shuffle(std::span<Rec>(pool));
-    const bool last = pass + 1 == p.passes;
-    // FILL and filter in one sweep: a group is judged as soon as it closes.
-    next.clear();
-    sweep(pool, p, [&](size_t begin, size_t end, int64_t vision, int64_t tokens) {
-      if (last || vision >= p.vision_full || tokens >= p.text_full) {  // full, or the last pass: accepted
-        for (size_t k = begin; k < end; ++k) out.ids.push_back(pool[k].id);
-        out.begin.push_back(out.ids.size());
-      } else {
-        next.insert(next.end(), pool.begin() + static_cast<std::ptrdiff_t>(begin),
-                    pool.begin() + static_cast<std::ptrdiff_t>(end));  // recycled, never dropped
-      }
-    });
-    pool.swap(next);     // empty pool: nothing left to regroup (Q3)
+  out.begin.reserve(data.size() + 1);
+  if (largest <= std::numeric_limits<uint16_t>::max()) {
+    run_passes<uint16_t>(data, fitting, p, out);
+  } else {
+    run_passes<uint32_t>(data, fitting, p, out);
   }
   for (uint32_t id : over) out.add(std::span<const uint32_t>(&id, 1));
   return out;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/rng.h"
 #include "fulcrum/cost/flops_sample_cost.h"
 #include "fulcrum/data/plan_audit.h"
 #include "fulcrum/data/test_data.h"
@@ -118,6 +119,52 @@ TEST(Isf, InvariantsOnRandomData) {
     // Same inputs and seed: the same groups.
     EXPECT_EQ(as_lists(isf_groups(data, p, OversizePolicy::kError)), as_lists(g));
   }
+}
+
+// ISF as §3.3 writes it, built from the public steps: shuffle the pool, FILL, keep the full groups (all in the
+// last pass), return the rest to the pool. The fast path must give exactly these groups.
+Groups spec_isf(const Dataset& data, const IsfParams& p) {
+  std::vector<uint32_t> pool(data.size());
+  for (uint32_t id = 0; id < data.size(); ++id) pool[id] = id;
+  Groups out;
+  for (int pass = 0; pass < p.passes && !pool.empty(); ++pass) {
+    Rng rng({p.seed, static_cast<uint64_t>(p.epoch), 0x697366ULL, static_cast<uint64_t>(pass)});
+    rng.shuffle(std::span<uint32_t>(pool));
+    Groups filled;
+    isf_fill(data, pool, p, filled);
+    pool.clear();
+    for (size_t g = 0; g < filled.size(); ++g) {
+      if (pass + 1 == p.passes || isf_full(data, filled.group(g), p)) {
+        out.add(filled.group(g));
+      } else {
+        pool.insert(pool.end(), filled.group(g).begin(), filled.group(g).end());
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Isf, EqualsTheSpecificationOnSmallAndLargePools) {
+  // 3,000 samples shuffle by plain Fisher–Yates; 150,000 by buckets (pools of 64K and more), down to below 64K.
+  for (size_t n : {size_t{3000}, size_t{150000}}) {
+    const Dataset data = testing::random_dataset(n, n);
+    IsfParams p = caps(16, 6000, 16, 5500, 8);
+    p.seed = 5;
+    p.epoch = 2;
+    EXPECT_EQ(as_lists(isf_groups(data, p, OversizePolicy::kError)), as_lists(spec_isf(data, p))) << n;
+  }
+}
+
+TEST(Isf, LoadsWiderThan16BitsGiveTheSameGroups) {
+  // Tokens and token caps scaled by 32 compare exactly as before, but no longer fit the compact records.
+  const Dataset data = testing::random_dataset(100000, 3);
+  Dataset wide;
+  for (uint32_t id = 0; id < data.size(); ++id) wide.add(data.vision(id), data.tokens(id) * 32, data.images(id));
+  const IsfParams p = caps(12, 4096, 12, 3968, 6);
+  IsfParams q = p;
+  q.token_cap *= 32;
+  q.text_full *= 32;
+  EXPECT_EQ(as_lists(isf_groups(wide, q, OversizePolicy::kError)), as_lists(isf_groups(data, p, OversizePolicy::kError)));
 }
 
 TEST(Isf, OversizeSampleIsAnErrorOrItsOwnGroup) {
