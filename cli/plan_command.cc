@@ -182,6 +182,11 @@ void run_plan(const PlanOptions& o) {
               {"strategy", std::string(strategy_name(strategy))},
               {"plan", summary_json(plan)},
               {"schedule", Json::parse(schedule_to_json(plan.schedule))}};
+    Json blocks = Json::array();
+    for (const ComponentSpec& c : request.model.components) {
+      for (const LayerSpec& l : c.layers) blocks.push_back(l.kind == LayerKind::kTransformerBlock);
+    }
+    file["transformer_blocks"] = blocks;  // which flattened layers fulcrum.megatron counts
     write_file_atomically(o.out, file.dump(1) + "\n");
   }
   if (o.json) {

@@ -207,7 +207,7 @@ void run_simulate(const SimulateOptions& o) {
     const EncoderPlacement placement =
         o.placement == "spread" ? EncoderPlacement::kSpread : EncoderPlacement::kFirstStage;
     schedule = make_pipeline_schedule(kind, layout, micro_batches, partition_layers(model, layout.stages(), placement),
-                                      std::vector<Recompute>(flattened_layers(model), parse_recompute(o.recompute)));
+                                      block_recompute(model, parse_recompute(o.recompute)));
     validate(schedule, "generated schedule");
   }
   const ParallelLayout& layout = schedule.layout;

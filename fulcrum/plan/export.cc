@@ -155,33 +155,39 @@ std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan,
   if (c.sequence_parallel) args += " --sequence-parallel";
   if (c.sharding == StateSharding::kMegatronDistributedOptimizer) args += " --use-distributed-optimizer";
   args += fmt::format(" --pipeline-model-parallel-layout \"{}\"", megatron_pipeline_layout(model, plan.schedule));
-  // Recomputation: the same for every block, or the most any stage recomputes (Megatron's block method
-  // recomputes the first N blocks of every stage).
+  // Recomputation of transformer blocks: the same for every block, or per stage. Megatron recomputes the first N
+  // blocks of every chunk fully, one N per process: a selectively recomputed block is recomputed fully (never more
+  // memory than planned), and each pipeline rank takes the most of its chunks.
   const Schedule& s = plan.schedule;
-  std::vector<int64_t> full_per_stage(s.stages.size(), 0), selective_per_stage(s.stages.size(), 0);
+  std::vector<bool> block;
+  for (const ComponentSpec& comp : model.components) {
+    for (const LayerSpec& l : comp.layers) block.push_back(l.kind == LayerKind::kTransformerBlock);
+  }
+  std::vector<int64_t> per_rank(c.pp, 0);
   bool any_full = false, any_selective = false, any_none = false;
   for (size_t k = 0; k < s.stages.size(); ++k) {
+    int64_t recomputed = 0;
     for (int32_t i = s.stages[k].first_layer; i < s.stages[k].end_layer; ++i) {
-      switch (s.recompute[i]) {
-        case Recompute::kFull: ++full_per_stage[k], any_full = true; break;
-        case Recompute::kSelective: ++selective_per_stage[k], any_selective = true; break;
-        case Recompute::kNone: any_none = true; break;
-      }
+      if (!block[i]) continue;
+      any_full = any_full || s.recompute[i] == Recompute::kFull;
+      any_selective = any_selective || s.recompute[i] == Recompute::kSelective;
+      any_none = any_none || s.recompute[i] == Recompute::kNone;
+      if (s.recompute[i] != Recompute::kNone) ++recomputed;
     }
+    const int rank = static_cast<int>(k) % c.pp;
+    per_rank[rank] = std::max(per_rank[rank], recomputed);
   }
   std::string notes;
   if (any_full && !any_selective && !any_none) {
     args += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
-  } else if (any_selective && !any_full) {
+  } else if (any_selective && !any_full && !any_none) {
     args += " --recompute-granularity selective";
-    if (any_none) notes += "# some blocks keep all activations: selective recomputation everywhere is the safe superset\n";
-  } else if (any_full) {
-    const int64_t most = *std::max_element(full_per_stage.begin(), full_per_stage.end());
+  } else if (any_full || any_selective) {
+    const int64_t most = *std::max_element(per_rank.begin(), per_rank.end());
     args += fmt::format(" --recompute-granularity full --recompute-method block --recompute-num-layers {}", most);
-    notes += fmt::format("# per-stage full recomputation (blocks): {}\n", fmt::join(full_per_stage, ","));
-    notes += fmt::format("# per-stage selective recomputation (blocks): {}\n", fmt::join(selective_per_stage, ","));
-    notes += "# Megatron-LM recomputes the same number of blocks in every stage: the most any stage needs is given;\n"
-             "# a per-stage hook applying the counts above saves the rest\n";
+    notes += fmt::format("# blocks to recompute per pipeline rank: {}; set args.recompute_num_layers =\n"
+                         "# fulcrum.megatron.recompute_num_layers(plan, pipeline_rank) per rank (plan: fulcrum plan "
+                         "--out) to save the rest\n", fmt::join(per_rank, ","));
   }
   int64_t encoder_layers = 0;
   for (const ComponentSpec& comp : model.components) {

@@ -505,7 +505,7 @@ class Planner {
                                             int micro_batches, double& shortfall) const {
     const ParallelLayout& l = provisional.layout;
     const std::vector<int> in_flight = max_micro_batches_in_flight(provisional);
-    std::vector<Recompute> modes(layers.size(), Recompute::kFull);
+    std::vector<Recompute> modes = block_recompute(r_.model, Recompute::kFull);
     shortfall = 0;
     for (int rank = 0; rank < l.pp; ++rank) {
       double budget = r_.cluster.usable_memory_bytes() - rank_state_bytes(provisional, r_.model, rank);
@@ -594,7 +594,7 @@ class Planner {
     const ParallelLayout layout = layout_of(c);
     const int m = micro_batches_of(c);
     const std::vector<LayerInfo> layers = layer_infos(layout, loads);
-    const std::vector<Recompute> all_full(layers.size(), Recompute::kFull);
+    const std::vector<Recompute> all_full = block_recompute(r_.model, Recompute::kFull);
     std::vector<std::pair<std::vector<StageLayers>, std::vector<Recompute>>> options;
     try {
       if (recipe_.zero3_data_parallel) {
@@ -622,7 +622,7 @@ class Planner {
           case PartitionMethod::kExact: {
             // For adaptive recomputation: cut for selective recomputation first, then again for the modes that
             // cut allows; otherwise for full recomputation everywhere.
-            const std::vector<Recompute> selective(layers.size(), Recompute::kSelective);
+            const std::vector<Recompute> selective = block_recompute(r_.model, Recompute::kSelective);
             const std::vector<Recompute>& modes = recipe_.adaptive_recompute ? selective : all_full;
             options.push_back({exact_partition(layers, modes, layout, true), all_full});
             break;

@@ -15,6 +15,14 @@ int64_t flattened_layers(const ModelSpec& model) {
   return n;
 }
 
+std::vector<Recompute> block_recompute(const ModelSpec& model, Recompute mode) {
+  std::vector<Recompute> out;
+  for (const ComponentSpec& c : model.components) {
+    for (const LayerSpec& l : c.layers) out.push_back(l.kind == LayerKind::kTransformerBlock ? mode : Recompute::kNone);
+  }
+  return out;
+}
+
 std::vector<StageLayers> partition_layers(const ModelSpec& model, int stages, EncoderPlacement placement) {
   if (stages < 1) throw InputError(fmt::format("{} pipeline stages: at least one is needed", stages));
   // Flattened layers, and which of them are blocks that get spread.

@@ -24,6 +24,10 @@ std::vector<StageLayers> partition_layers(const ModelSpec& model, int stages, En
 // Number of layers of the flattened model.
 int64_t flattened_layers(const ModelSpec& model);
 
+// A recomputation mode per flattened layer: `mode` for every transformer block, none for the rest (embeddings,
+// norms, projectors and heads keep what they need, as in Megatron-LM, which recomputes transformer layers only).
+std::vector<Recompute> block_recompute(const ModelSpec& model, Recompute mode);
+
 // Writes a pipeline schedule over `stages` (layout.pp × layout.vpp of them) for `micro_batches` micro-batches:
 //   gpipe        every forward, then every backward (vpp 1)
 //   1f1b         PipeDream-flush: rank r runs pp − r − 1 forwards, then alternates one forward and one backward,

@@ -1,0 +1,51 @@
+"""Applying a Fulcrum plan's per-stage recomputation in Megatron-LM.
+
+Megatron-LM recomputes the first N transformer blocks of every model chunk (``--recompute-granularity full
+--recompute-method block --recompute-num-layers N``) with one N for the whole run. A Fulcrum plan chooses per
+block, so stages with spare memory recompute less. Each pipeline rank is its own process and builds its own
+model, so the N can differ per rank: call this before building the model::
+
+    plan = json.load(open("plan.json"))              # fulcrum plan --out plan.json
+    args.recompute_num_layers = fulcrum.megatron.recompute_num_layers(
+        plan, mpu.get_pipeline_model_parallel_rank())
+
+Megatron has no per-block choice between selective and full recomputation, so a block the plan recomputes
+selectively is recomputed fully here: never more memory than planned, at some extra compute.
+"""
+
+__all__ = ["recompute_num_layers"]
+
+
+def _expand_runs(runs):
+    modes = []
+    for mode, count in runs:
+        modes.extend([mode] * int(count))
+    return modes
+
+
+def _block_flags(plan):
+    """Which flattened layers are transformer blocks, from the plan's stage list and block counts if given."""
+    blocks = plan.get("transformer_blocks")
+    return None if blocks is None else [bool(b) for b in blocks]
+
+
+def recompute_num_layers(plan, pipeline_rank):
+    """The number of blocks Megatron-LM should recompute on each model chunk of ``pipeline_rank``.
+
+    ``plan`` is the JSON object ``fulcrum plan --out`` writes (or its ``schedule``). The answer is the most any of
+    the rank's chunks recomputes, counting selective recomputation as full, so every chunk fits its memory.
+    """
+    schedule = plan.get("schedule", plan)
+    layout = schedule["layout"]
+    pp, vpp = int(layout["pp"]), int(layout["vpp"])
+    if not 0 <= pipeline_rank < pp:
+        raise ValueError(f"pipeline rank {pipeline_rank} is not one of the plan's {pp}")
+    modes = _expand_runs(schedule["recompute"])
+    blocks = _block_flags(plan)
+    most = 0
+    for chunk in range(vpp):
+        first, end = schedule["stages"][chunk * pp + pipeline_rank]
+        count = sum(1 for i in range(first, end)
+                    if modes[i] != "none" and (blocks is None or blocks[i]))
+        most = max(most, count)
+    return most

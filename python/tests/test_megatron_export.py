@@ -1,0 +1,31 @@
+"""Per-rank recomputation counts for Megatron-LM from a plan file."""
+
+import pytest
+
+from fulcrum.megatron import recompute_num_layers
+
+
+def plan(pp, vpp, stages, recompute, blocks=None):
+    p = {"schedule": {"layout": {"pp": pp, "vpp": vpp}, "stages": stages, "recompute": recompute}}
+    if blocks is not None:
+        p["transformer_blocks"] = blocks
+    return p
+
+
+def test_each_rank_takes_the_most_its_chunks_recompute_counting_selective_as_full():
+    # 8 layers, pp 2 × vpp 2: stages [0,2) [2,4) [4,6) [6,8) on ranks 0, 1, 0, 1.
+    # Modes: none none | full selective | full full | none selective.
+    p = plan(2, 2, [[0, 2], [2, 4], [4, 6], [6, 8]],
+             [["none", 2], ["full", 1], ["selective", 1], ["full", 2], ["none", 1], ["selective", 1]])
+    assert recompute_num_layers(p, 0) == 2  # chunk 0 recomputes 0, chunk 1 recomputes 2
+    assert recompute_num_layers(p, 1) == 2  # chunk 0: full + selective; chunk 1: selective only
+
+
+def test_layers_that_are_not_blocks_do_not_count():
+    p = plan(1, 1, [[0, 4]], [["full", 4]], blocks=[False, True, True, False])
+    assert recompute_num_layers(p, 0) == 2
+
+
+def test_a_rank_outside_the_plan_is_refused():
+    with pytest.raises(ValueError):
+        recompute_num_layers(plan(2, 1, [[0, 1], [1, 2]], [["none", 2]]), 2)
