@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/output_file.h"
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/progress.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/flops_sample_cost.h"
 #include "fulcrum/cost/model_sample_cost.h"
@@ -47,6 +48,7 @@ struct BatchOptions {
   std::string out;
   bool json = false;
   bool compare = false;
+  bool quiet = false;
 };
 
 // One batcher's run: the plan's summary as the --json object.
@@ -227,26 +229,34 @@ void run_batch(BatchOptions& o) {
   if (!o.out.empty()) throw InputError("--out writes one plan; it does not go with --compare");
   // Every batcher on the same data; caps given apply to isf and fulcrum only.
   std::vector<Run> runs;
+  // The batchers of the table: three baselines, isf, isf --search and fulcrum at its samples, fulcrum.
+  Progress progress("batching", o.params.search ? 7 : 5, !o.quiet);
   BatchParams uncapped = o.params;
   uncapped.vision_cap = uncapped.token_cap = 0;
   uncapped.search = false;
   for (const char* algo : {"random", "random-packed", "length-grouped"}) {
     runs.push_back(run_batcher(algo, uncapped, data, cost, "", algo));
+    progress.advance();
   }
   BatchParams fixed = o.params;
   fixed.search = false;
   runs.push_back(run_batcher("isf", fixed, data, cost, "", "isf"));
+  progress.advance();
   if (o.params.search) {
     BatchParams searched = o.params;
     runs.push_back(run_batcher("isf", searched, data, cost, "", "isf --search"));
+    progress.advance();
     const double isf_per_step = runs.back().summary["samples_per_step_mean"].get<double>();
     BatchParams matched = o.params;
     matched.search = false;
     matched.samples_per_step = std::max<int64_t>(o.params.slots_per_step(), std::llround(isf_per_step));
     runs.push_back(run_batcher("fulcrum", matched, data, cost, "",
                                fmt::format("fulcrum @{} smp/step", matched.samples_per_step)));
+    progress.advance();
   }
   runs.push_back(run_batcher("fulcrum", fixed, data, cost, "", "fulcrum"));
+  progress.advance();
+  progress.finish();
   if (o.json) {
     Json rows = Json::array();
     for (Run& run : runs) {
@@ -294,6 +304,7 @@ std::function<void()> add_batch_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "Write the plan as JSON to this file");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_flag("--compare", o->compare, "Run every batcher on the same data and print a table");
+  cmd->add_flag("--quiet", o->quiet, "No progress bar (it shows only on a terminal)");
   return [o] { run_batch(*o); };
 }
 

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/output_file.h"
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/progress.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/model_sample_cost.h"
 #include "fulcrum/data/balance_metrics.h"
@@ -63,6 +64,7 @@ struct SimulateOptions {
   std::string save_schedule;
   std::string load_schedule;
   bool json = false;
+  bool quiet = false;
 };
 
 Recompute parse_recompute(const std::string& name) {
@@ -223,11 +225,14 @@ void run_simulate(const SimulateOptions& o) {
   const AnalyticCost cost(cluster);
   const auto sim_start = Clock::now();
   std::vector<SimResult> results;
+  Progress progress("simulating", static_cast<int64_t>(steps.size()), !o.quiet && steps.size() > 1);
   for (size_t i = 0; i < steps.size(); ++i) {
     SimOptions options;
     options.timeline = !o.trace.empty() && i == 0;
     results.push_back(simulate(schedule, model, cluster, cost, cost.efficiency(), steps[i], options));
+    progress.advance();
   }
+  progress.finish();
   const double sim_seconds = std::chrono::duration<double>(Clock::now() - sim_start).count();
   const SimResult& r = results.front();
   double mean_seconds = 0;
@@ -338,6 +343,7 @@ std::function<void()> add_simulate_command(CLI::App& app) {
   cmd->add_option("--load-schedule", o->load_schedule,
                   "Simulate this schedule JSON instead of generating one (its layout replaces --dp/--tp/--pp/--vpp)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_flag("--quiet", o->quiet, "No progress bar");
   return [o] { run_simulate(*o); };
 }
 

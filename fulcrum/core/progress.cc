@@ -10,8 +10,12 @@ namespace fulcrum {
 Progress::Progress(std::string label, int64_t total, bool enabled)
     : label_(std::move(label)), total_(total), shown_(enabled && total > 0 && isatty(STDERR_FILENO) == 1) {}
 
-Progress::~Progress() {
+Progress::~Progress() { finish(); }
+
+void Progress::finish() {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!shown_) return;
+  shown_ = false;
   std::fputs("\r\033[K", stderr);  // clear the line
   std::fflush(stderr);
 }
@@ -23,6 +27,7 @@ void Progress::advance(int64_t done) {
 
 void Progress::draw(int64_t done) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!shown_) return;
   const auto now = std::chrono::steady_clock::now();
   if (done < total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;

@@ -20,13 +20,15 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void advance(int64_t done = 1);
+  // Clears the bar's line now (before printing results), instead of at destruction.
+  void finish();
 
  private:
   void draw(int64_t done);
 
   std::string label_;
   int64_t total_;
-  bool shown_;
+  std::atomic<bool> shown_;
   std::atomic<int64_t> done_{0};
   std::mutex mutex_;
   std::chrono::steady_clock::time_point last_draw_{};
