@@ -210,9 +210,14 @@ class Planner {
   std::map<std::tuple<std::string, int, int>, LoadSet> loads_;  // (batcher, dp, micro-batches)
   int64_t llm_blocks_ = 0;
   int64_t all_blocks_ = 0;
+  // Per flattened layer: an LLM layer Megatron-LM's pipeline layout has a symbol for (embedding, block, head).
+  std::vector<bool> layout_layers_;
 
   void prepare_data() {
     for (const ComponentSpec& c : r_.model.components) {
+      for (const LayerSpec& l : c.layers) {
+        layout_layers_.push_back(c.role == ComponentRole::kLlm && l.kind != LayerKind::kFinalNorm);
+      }
       const int64_t blocks = c.transformer_blocks();
       all_blocks_ += blocks;
       if (c.role == ComponentRole::kLlm) llm_blocks_ += blocks;
@@ -462,12 +467,7 @@ class Planner {
     const int64_t distance = static_cast<int64_t>(layout.dp) * layout.tp;
     for (size_t i = 0; i < layers.size(); ++i) {
       chain.layer_seconds.push_back(layers[i].training(modes[i]));
-      if (r_.llm_in_every_stage) {
-        const LayerKind k = layers[i].spec->kind;
-        chain.required.push_back(r_.model.components[layers[i].component].role == ComponentRole::kLlm &&
-                                 (k == LayerKind::kTokenEmbedding || k == LayerKind::kTransformerBlock ||
-                                  k == LayerKind::kLmHead));
-      }
+      if (r_.llm_in_every_stage) chain.required.push_back(layout_layers_[i]);
       if (with_boundaries && i + 1 < layers.size()) {
         chain.boundary_seconds.push_back(p2p_seconds(layers[i].boundary_bytes, r_.cluster, eff, distance));
       }
@@ -476,14 +476,11 @@ class Planner {
   }
 
   bool every_stage_has_llm(const std::vector<StageLayers>& stages) const {
-    std::vector<bool> llm;
-    for (const ComponentSpec& c : r_.model.components) {
-      for (const LayerSpec& l : c.layers) {
-        llm.push_back(c.role == ComponentRole::kLlm && l.kind != LayerKind::kFinalNorm);
-      }
-    }
     for (const StageLayers& st : stages) {
-      if (std::none_of(llm.begin() + st.first_layer, llm.begin() + st.end_layer, [](bool b) { return b; })) return false;
+      if (std::none_of(layout_layers_.begin() + st.first_layer, layout_layers_.begin() + st.end_layer,
+                       [](bool b) { return b; })) {
+        return false;
+      }
     }
     return true;
   }

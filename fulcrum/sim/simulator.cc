@@ -84,16 +84,6 @@ constexpr double kLogitBytes = 4;       // fp32 logits kept for the loss
 // bytes), write master, momentum, variance (12) and the 16-bit weight (2).
 constexpr double kOptimizerBytesPerParameter = 30;
 
-bool same_shape(const LayerSpec& a, const LayerSpec& b) {
-  return a.kind == b.kind && a.hidden == b.hidden && a.ffn == b.ffn && a.heads == b.heads &&
-         a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.mlp == b.mlp && a.norm == b.norm &&
-         a.qkv_bias == b.qkv_bias && a.linear_bias == b.linear_bias && a.layer_scale == b.layer_scale &&
-         a.qk_norm == b.qk_norm && a.window_tokens == b.window_tokens && a.vocab == b.vocab &&
-         a.tied_to_embedding == b.tied_to_embedding && a.in_features == b.in_features &&
-         a.projector_linears == b.projector_linears && a.positions == b.positions &&
-         a.class_token == b.class_token && a.patch_bias == b.patch_bias;
-}
-
 // Layers of equal shape in one component cost the same: their costs are computed once per micro-batch.
 struct LayerClass {
   const LayerSpec* layer = nullptr;
@@ -271,7 +261,7 @@ class Simulator {
         }
         int found = -1;
         for (size_t k = 0; k < classes_.size(); ++k) {
-          if (classes_[k].component == c && same_shape(*classes_[k].layer, comp.layers[i])) {
+          if (classes_[k].component == c && *classes_[k].layer == comp.layers[i]) {
             found = static_cast<int>(k);
             break;
           }
