@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/core/batch_plan.h"
@@ -22,6 +23,9 @@
 #include "fulcrum/data/batcher.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/data/plan_audit.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+#include "fulcrum/sched/schedule_json.h"
+#include "fulcrum/sched/validate.h"
 
 namespace py = pybind11;
 
@@ -178,6 +182,38 @@ py::dict measure(const BatchPlan& plan, const Dataset& data, const std::optional
   return out;
 }
 
+// A generated pipeline schedule in its JSON form (the runtime's input), validated.
+std::string pipeline_schedule(const std::string& kind, int micro_batches,
+                              const std::vector<std::pair<int64_t, int64_t>>& stages,
+                              const std::vector<std::string>& recompute, int dp, int pp, int vpp) {
+  ParallelLayout layout;
+  layout.dp = dp;
+  layout.pp = pp;
+  layout.vpp = vpp;
+  layout.state_sharding = StateSharding::kZero0;
+  std::vector<StageLayers> cut;
+  for (const auto& [first, end] : stages) cut.push_back({first, end});
+  std::vector<Recompute> modes;
+  for (const std::string& r : recompute) {
+    if (r == "none") {
+      modes.push_back(Recompute::kNone);
+    } else if (r == "selective") {
+      modes.push_back(Recompute::kSelective);
+    } else if (r == "full") {
+      modes.push_back(Recompute::kFull);
+    } else {
+      throw InputError("recompute must be none, selective or full, got \"" + r + "\"");
+    }
+  }
+  Schedule schedule = make_pipeline_schedule(parse_pipeline_kind(kind), layout, micro_batches, std::move(cut),
+                                             std::move(modes));
+  validate(schedule, "generated schedule");
+  return schedule_to_json(schedule);
+}
+
+// Reads and validates a schedule's JSON text; InputError (ValueError) naming `where` when it cannot run.
+void check_schedule(const std::string& text, const std::string& where) { validate(schedule_from_json(text, where), where); }
+
 }  // namespace
 }  // namespace fulcrum
 
@@ -263,4 +299,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("measure", &measure, py::arg("plan"), py::arg("dataset"), py::arg("cost") = py::none(),
         "Pad Ratio, Dist Ratios with their floors and time imbalance of a plan, per step and per micro-batch.");
   m.def("batcher_names", &batcher_names);
+  m.def("pipeline_schedule", &pipeline_schedule, py::arg("kind"), py::arg("micro_batches"), py::arg("stages"),
+        py::arg("recompute"), py::kw_only(), py::arg("dp") = 1, py::arg("pp") = 1, py::arg("vpp") = 1,
+        "A generated, validated pipeline schedule (gpipe, 1f1b, interleaved, zb-h1) as Fulcrum's schedule JSON: "
+        "stages are [first, end) layer ranges, pp × vpp of them; recompute is one mode per layer.");
+  m.def("check_schedule", &check_schedule, py::arg("text"), py::arg("where") = "schedule",
+        "Reads and validates a schedule's JSON text; ValueError naming `where` when it cannot run.");
 }

@@ -1,0 +1,12 @@
+"""Running Fulcrum's plans on PyTorch: pipeline stages from the plan's layer ranges, recomputation per layer,
+data parallelism through DDP, GPipe and 1F1B through ``torch.distributed.pipelining``, other orders through
+Fulcrum's own executor; a measured timeline per rank in the simulator's Chrome trace format."""
+
+from fulcrum.runtime.executor import ScheduleExecutor
+from fulcrum.runtime.plan import RuntimePlan
+from fulcrum.runtime.runtime import Runtime, StepResult
+from fulcrum.runtime.stage import StageModule
+from fulcrum.runtime.timeline import Event, Timeline, chrome_trace, write_chrome_trace
+
+__all__ = ["Event", "Runtime", "RuntimePlan", "ScheduleExecutor", "StageModule", "StepResult", "Timeline",
+           "chrome_trace", "write_chrome_trace"]

@@ -1,0 +1,170 @@
+"""Runs a pipeline rank's program from a Fulcrum schedule, instruction by instruction.
+
+For the orders no public ``torch.distributed.pipelining`` schedule gives (interleaved chunks placed as the plan
+says, backward passes split into input and weight gradients, custom programs), this follows the plan exactly:
+``F``/``B``/``BI``/``W`` compute, ``send``/``recv`` as ``torch.distributed`` point-to-point messages, gradient
+collectives over the data-parallel group. Activations keep whatever shape each micro-batch has: every transfer
+carries a small header with its tensors' shapes, so nothing is padded that the model does not pad itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+
+from fulcrum.runtime.plan import RuntimePlan
+from fulcrum.runtime.stage import StageModule
+from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
+
+_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]
+_HEADER = 64  # int64 slots: tensor count, then dtype, rank and sizes of each tensor
+_MAX_TENSORS = 7
+
+
+def _header(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    fields = [len(tensors)]
+    for t in tensors:
+        fields += [_DTYPES.index(t.dtype), t.dim(), *t.shape]
+    if len(fields) > _HEADER or len(tensors) > _MAX_TENSORS:
+        raise ValueError("activations between stages: at most 7 tensors of modest rank")
+    return torch.tensor(fields + [0] * (_HEADER - len(fields)), dtype=torch.int64)
+
+
+def _buffers(header: torch.Tensor) -> list[torch.Tensor]:
+    fields = header.tolist()
+    out, at = [], 1
+    for _ in range(fields[0]):
+        dtype, rank = _DTYPES[fields[at]], fields[at + 1]
+        out.append(torch.empty(fields[at + 2: at + 2 + rank], dtype=dtype))
+        at += 2 + rank
+    return out
+
+
+class ScheduleExecutor:
+    """Executes ``plan.programs[pipeline_rank]`` over this rank's ``stages``. ``peers`` maps a pipeline rank to
+    the global rank of the same data-parallel replica; ``reduce_gradients(stage)`` reduces a stage's gradients
+    over the data-parallel group (the plan's gradient collective)."""
+
+    def __init__(self, plan: RuntimePlan, stages: Mapping[int, StageModule], pipeline_rank: int,
+                 peers: Mapping[int, int], scaled_loss: Callable[[Any, torch.Tensor], torch.Tensor],
+                 labels_key: str, timeline: Timeline, reduce_gradients: Callable[[int], None]):
+        self.plan, self.stages, self.pipeline_rank = plan, stages, pipeline_rank
+        self.program = plan.programs[pipeline_rank]
+        self.peers, self.scaled_loss, self.labels_key = peers, scaled_loss, labels_key
+        self.timeline, self.reduce_gradients = timeline, reduce_gradients
+        self.last_stage = len(plan.stages) - 1
+        for instruction in self.program:
+            if instruction[0] == "encoder":
+                raise ValueError("the runtime does not run encoder kernels placed in pipeline bubbles; plan without "
+                                 "them")
+
+    # Messages are tagged by what they carry and the stage that receives them, so a send and its receive agree.
+    def _tag(self, kind: str, receiving_stage: int, micro_batch: int, part: int) -> int:
+        key = (receiving_stage * 2 + (kind == "gradient")) * self.plan.micro_batches + micro_batch
+        return key * (_MAX_TENSORS + 1) + part
+
+    def run(self, micro_batches: Sequence[Mapping[str, torch.Tensor]]) -> float:
+        """Runs the program once; returns the sum of this rank's scaled micro-batch losses (0 off the last
+        stage)."""
+        self.batches = micro_batches
+        self.loss = 0.0
+        self.inbox: dict = {}
+        self.outbox: dict = {}
+        self.saved: dict = {}
+        self.pending: list = []
+        for instruction in self.program:
+            op = instruction[0]
+            if op == "F":
+                self._forward(int(instruction[1]), int(instruction[2]))
+            elif op in ("B", "BI", "W"):
+                self._backward(op, int(instruction[1]), int(instruction[2]))
+            elif op == "send":
+                self._send(instruction[1], int(instruction[2]), int(instruction[3]), int(instruction[4]))
+            elif op == "recv":
+                self._recv(instruction[1], int(instruction[2]), int(instruction[3]), int(instruction[4]))
+            elif op == "collective":
+                if instruction[2] == "gradients":
+                    with self.timeline.span(f"{instruction[1]} s{instruction[3]}", "collective", COLLECTIVE,
+                                            int(instruction[3])):
+                        self.reduce_gradients(int(instruction[3]))
+                # Parameter gathers: the runtime keeps whole parameters on every replica, nothing to gather.
+            # "wave", "allocate" and "free" order or account memory; PyTorch's allocator does the rest.
+        with self.timeline.span("wait sends", "send", P2P):
+            for work, _ in self.pending:  # the tensor beside each work stays alive until its send completes
+                work.wait()
+        if self.saved or self.inbox or self.outbox:
+            raise RuntimeError("the schedule left work undone: " +
+                               ", ".join(map(str, list(self.saved) + list(self.inbox) + list(self.outbox))))
+        return self.loss
+
+    def _forward(self, s: int, mb: int) -> None:
+        batch = self.batches[mb]
+        received = self.inbox.pop(("activation", s, mb), ()) if s > 0 else ()
+        received = tuple(t.requires_grad_() if t.is_floating_point() else t for t in received)
+        with self.timeline.span(f"F s{s} mb{mb}", "forward", COMPUTE, s, mb):
+            out = self.stages[s](*received, **batch)
+            if s == self.last_stage:
+                loss = self.scaled_loss(out, batch[self.labels_key])
+                self.loss += float(loss.detach())
+                self.saved[(s, mb)] = (received, (loss,), None)
+            else:
+                outs = out if isinstance(out, tuple) else (out,)
+                self.saved[(s, mb)] = (received, outs, "pending")
+                self.outbox[("activation", s, mb)] = tuple(o.detach() for o in outs)
+
+    def _roots(self, s: int, mb: int):
+        received, outs, grads = self.saved[(s, mb)]
+        if s == self.last_stage:
+            return received, list(outs), None
+        if grads == "pending":
+            grads = self.inbox.pop(("gradient", s, mb))
+            self.saved[(s, mb)] = (received, outs, grads)
+        pairs = [(o, g) for o, g in zip([o for o in outs if o.is_floating_point()], grads) if o.requires_grad]
+        return received, [o for o, _ in pairs], [g for _, g in pairs]
+
+    def _backward(self, op: str, s: int, mb: int) -> None:
+        name = {"B": "backward", "BI": "backward_input", "W": "backward_weight"}[op]
+        with self.timeline.span(f"{op} s{s} mb{mb}", name, COMPUTE, s, mb):
+            received, roots, grads = self._roots(s, mb)
+            inputs = [t for t in received if t.is_floating_point()]
+            if op == "B":
+                torch.autograd.backward(roots, grads)
+                self.saved.pop((s, mb))
+                input_grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in inputs]
+            elif op == "BI":
+                wanted = [t for t in inputs if t.requires_grad]
+                found = torch.autograd.grad(roots, wanted, grads, retain_graph=True, allow_unused=True) if wanted \
+                    else ()
+                input_grads = [g if g is not None else torch.zeros_like(t) for t, g in zip(wanted, found)]
+            else:  # W: the weight gradients the BI pass left for later
+                params = [q for q in self.stages[s].parameters() if q.requires_grad]
+                torch.autograd.backward(roots, grads, inputs=params)
+                self.saved.pop((s, mb))
+                return
+        if s > 0:
+            self.outbox[("gradient", s, mb)] = tuple(g.detach() for g in input_grads)
+
+    def _send(self, kind: str, s: int, mb: int, peer_stage: int) -> None:
+        tensors = self.outbox.pop((kind, s, mb))
+        dst = self.peers[peer_stage % self.plan.pp]
+        if dst == self.peers[self.pipeline_rank]:  # the next chunk lives on this rank
+            self.inbox[(kind, peer_stage, mb)] = tuple(t.clone() for t in tensors)
+            return
+        with self.timeline.span(f"send s{s} mb{mb}", "send", P2P, s, mb):
+            parts = [_header(tensors), *[t.contiguous() for t in tensors]]
+            for i, t in enumerate(parts):
+                self.pending.append((dist.isend(t, dst, tag=self._tag(kind, peer_stage, mb, i)), t))
+
+    def _recv(self, kind: str, s: int, mb: int, peer_stage: int) -> None:
+        src = self.peers[peer_stage % self.plan.pp]
+        if src == self.peers[self.pipeline_rank]:
+            return  # delivered by the local send
+        with self.timeline.span(f"recv s{s} mb{mb}", "recv", P2P, s, mb):
+            header = torch.empty(_HEADER, dtype=torch.int64)
+            dist.recv(header, src, tag=self._tag(kind, s, mb, 0))
+            tensors = _buffers(header)
+            for i, t in enumerate(tensors):
+                dist.recv(t, src, tag=self._tag(kind, s, mb, i + 1))
+        self.inbox[(kind, s, mb)] = tuple(tensors)

@@ -1,0 +1,296 @@
+"""Runs a Fulcrum plan's training step on PyTorch's own distributed engine.
+
+Pure data parallelism runs through DistributedDataParallel; GPipe and 1F1B pipelines through
+``torch.distributed.pipelining``'s public schedules; any other order the plan needs (interleaved chunks, split
+backward passes, custom programs) through :class:`ScheduleExecutor`, which follows the plan's instructions with
+``torch.distributed`` point-to-point and collective operations. Losses are normalised by the step's global count
+of loss tokens, so the gradient is that of the token mean over every rank and micro-batch, whatever the plan.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from fulcrum.runtime.executor import ScheduleExecutor
+from fulcrum.runtime.plan import PlanSource, RuntimePlan
+from fulcrum.runtime.stage import StageModule
+from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, Event, Timeline
+
+LossFn = Callable[[Any, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float             # the step's loss: mean over its loss tokens on every rank (the same on all ranks)
+    step_tokens: int        # loss tokens of the step, every rank and micro-batch
+    seconds: float          # this rank's forward, backward and gradient reduction, wall clock
+    compute_seconds: float  # of which forward and backward compute
+    wait_seconds: float     # the rest: waiting for inputs, gradients and other replicas, communication
+
+
+def _torch_pipeline_order(kind: str, pp: int, rank: int, micro_batches: int) -> list[tuple[str, int]]:
+    """The compute order ScheduleGPipe and Schedule1F1B run on pipeline rank ``rank``."""
+    if kind == "gpipe":
+        return [("F", m) for m in range(micro_batches)] + [("B", m) for m in range(micro_batches)]
+    warmup = min(micro_batches, pp - rank)
+    order = [("F", m) for m in range(warmup)]
+    forward = warmup
+    for backward in range(micro_batches):
+        order.append(("B", backward))
+        if forward < micro_batches:
+            order.append(("F", forward))
+            forward += 1
+    return order
+
+
+def _program_order(program: Sequence[Sequence[Any]]) -> list[tuple[str, int]]:
+    return [(str(i[0]), int(i[2])) for i in program if i[0] in ("F", "B", "BI", "W")]
+
+
+class Runtime:
+    """A training step of ``model`` as ``plan`` lays it out over the ranks of the default process group.
+
+    ``model.layers`` is the layer chain the plan's stage ranges index (the flattened layers of the Fulcrum model,
+    components in order); each layer is ``layer(state, batch) -> state`` (see :class:`StageModule`).
+    ``loss_fn(output, labels)`` returns the *summed* loss of a micro-batch, ``labels`` being ``batch[labels_key]``.
+    Without a plan, the model is replicated on every rank (pure data parallelism).
+
+    Ranks: pipeline rank ``rank // dp``, data-parallel rank ``rank % dp`` (pipeline rank slowest, as in
+    Megatron-LM). Each rank holds only its stages' layers; ``parameters()`` are what its optimizer updates.
+    """
+
+    def __init__(self, model: nn.Module, plan: Optional[PlanSource] = None, loss_fn: Optional[LossFn] = None, *,
+                 micro_batches: Optional[int] = None, labels_key: str = "labels", ignore_index: int = -100,
+                 engine: str = "auto", timeline: bool = False):
+        if loss_fn is None:
+            raise ValueError("loss_fn is required: it returns a micro-batch's summed loss")
+        initialized = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size() if initialized else 1
+        self.rank = dist.get_rank() if initialized else 0
+        layers = len(model.layers)
+        if plan is None:
+            self.plan = RuntimePlan.data_parallel(layers, micro_batches or 1, self.world_size)
+        else:
+            self.plan = RuntimePlan.load(plan)
+        p = self.plan
+        if p.layers != layers:
+            raise ValueError(f"the plan covers {p.layers} layers but the model has {layers}")
+        if p.world_size != self.world_size:
+            raise ValueError(f"the plan needs DP {p.dp} × PP {p.pp} = {p.world_size} ranks, "
+                             f"but {self.world_size} are running")
+        if micro_batches is not None and micro_batches != p.micro_batches:
+            raise ValueError(f"micro_batches {micro_batches} differs from the plan's {p.micro_batches}")
+        self.pipeline_rank, self.dp_rank = divmod(self.rank, p.dp)
+        self.loss_fn, self.labels_key, self.ignore_index = loss_fn, labels_key, ignore_index
+        self.timeline = Timeline(timeline)
+        self._dp_group, self._pp_group = self._make_groups() if initialized else (None, None)
+
+        self.stage_ids = p.stages_of(self.pipeline_rank)
+        last = len(p.stages) - 1
+        self.stages = {s: StageModule(model, *p.stages[s], p.recompute, pad_output=s != last) for s in self.stage_ids}
+        self.engine = self._choose_engine(engine)
+        self._build_engine()
+
+    # -- set-up -------------------------------------------------------------------------------------------------
+    def _make_groups(self):
+        p = self.plan
+        dp_group = pp_group = None
+        if p.dp > 1 and p.pp > 1:
+            # Every rank creates every group, in the same order, as new_group requires.
+            for q in range(p.pp):
+                g = dist.new_group([q * p.dp + d for d in range(p.dp)])
+                if q == self.pipeline_rank:
+                    dp_group = g
+            for d in range(p.dp):
+                g = dist.new_group([q * p.dp + d for q in range(p.pp)])
+                if d == self.dp_rank:
+                    pp_group = g
+        else:
+            dp_group = dist.group.WORLD if p.dp > 1 else None
+            pp_group = dist.group.WORLD if p.pp > 1 else None
+        return dp_group, pp_group
+
+    def _choose_engine(self, requested: str) -> str:
+        p = self.plan
+        if requested not in ("auto", "ddp", "torch", "executor"):
+            raise ValueError(f"engine must be auto, ddp, torch or executor, got {requested!r}")
+        if p.pp == 1 and p.vpp == 1:
+            natural = "ddp"
+        elif (p.vpp == 1 and p.pipeline in ("gpipe", "1f1b") and all(
+                _program_order(p.programs[r]) == _torch_pipeline_order(p.pipeline, p.pp, r, p.micro_batches)
+                for r in range(p.pp))):
+            natural = "torch"
+        else:
+            natural = "executor"
+        if requested == "auto":
+            return natural
+        if requested == "ddp" and natural != "ddp":
+            raise ValueError("engine 'ddp' runs plans without a pipeline")
+        if requested == "torch" and natural != "torch":
+            raise ValueError(f"no public torch.distributed.pipelining schedule runs this plan's {p.pipeline} order")
+        return requested
+
+    def _build_engine(self):
+        p = self.plan
+        if self.engine == "ddp":
+            (stage,) = self.stages.values()
+            self._module = stage
+            self._compute_end = None
+            if p.dp > 1:
+                from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+                from torch.nn.parallel import DistributedDataParallel
+
+                self._module = DistributedDataParallel(stage, process_group=self._dp_group)
+
+                def hook(state, bucket):
+                    # A bucket is ready when its gradients are computed: the last one marks the end of this
+                    # rank's backward compute; what follows is reduction and waiting for other replicas.
+                    self._compute_end = time.perf_counter()
+                    return allreduce_hook(state, bucket)
+
+                self._module.register_comm_hook(self._dp_group, hook)
+        elif self.engine == "torch":
+            from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+            (s,) = self.stage_ids
+            self._pipe_stage = PipelineStage(self.stages[s], s, p.pp, torch.device("cpu"), group=self._pp_group)
+            cls = ScheduleGPipe if p.pipeline == "gpipe" else Schedule1F1B
+            self._schedule = cls(self._pipe_stage, p.micro_batches, loss_fn=self._scaled_loss, scale_grads=False)
+            self._instrument_pipeline_stage(s)
+        else:
+            peers = {q: q * p.dp + self.dp_rank for q in range(p.pp)}
+            self._executor = ScheduleExecutor(self.plan, self.stages, self.pipeline_rank, peers, self._scaled_loss,
+                                              self.labels_key, self.timeline, self._reduce_stage_gradients)
+
+    def _instrument_pipeline_stage(self, s: int):
+        stage, timeline = self._pipe_stage, self.timeline
+        forward, backward = stage.forward_one_chunk, stage.backward_one_chunk
+
+        def timed_forward(chunk, *args, **kwargs):
+            with timeline.span(f"F s{s} mb{chunk}", "forward", COMPUTE, s, chunk):
+                return forward(chunk, *args, **kwargs)
+
+        def timed_backward(chunk, *args, **kwargs):
+            with timeline.span(f"B s{s} mb{chunk}", "backward", COMPUTE, s, chunk):
+                return backward(chunk, *args, **kwargs)
+
+        stage.forward_one_chunk, stage.backward_one_chunk = timed_forward, timed_backward
+
+    # -- a step -------------------------------------------------------------------------------------------------
+    def parameters(self):
+        for s in self.stage_ids:
+            yield from self.stages[s].parameters()
+
+    def modules(self) -> Mapping[int, StageModule]:
+        """This rank's stages by virtual stage index."""
+        return dict(self.stages)
+
+    def _scaled_loss(self, output, labels):
+        # Pipeline schedules may call this outside the step's micro-batches (shape inference on the first
+        # step), so the step's loss is summed from what each engine reports, not here.
+        return self.loss_fn(output, labels) * self._loss_scale
+
+    def _count_step_tokens(self, micro_batches) -> int:
+        local = sum(int((mb[self.labels_key] != self.ignore_index).sum()) for mb in micro_batches)
+        if self._dp_group is None:
+            return local
+        t = torch.tensor([local], dtype=torch.int64)
+        dist.all_reduce(t, group=self._dp_group)
+        return int(t.item())
+
+    def step(self, micro_batches: Sequence[Mapping[str, torch.Tensor]], step_tokens: Optional[int] = None) -> StepResult:
+        """Forward and backward of one optimizer step over this rank's ``micro_batches`` (the plan's number of
+        them; every pipeline rank of a replica passes the same ones), leaving the gradients of
+        ``parameters()`` reduced over data-parallel replicas. ``step_tokens``: the step's loss tokens over every
+        rank (a sampler's ``info.step_tokens``); counted from the labels with one all-reduce when omitted."""
+        p = self.plan
+        if len(micro_batches) != p.micro_batches:
+            raise ValueError(f"the plan runs {p.micro_batches} micro-batches per step, got {len(micro_batches)}")
+        if step_tokens is None:
+            step_tokens = self._count_step_tokens(micro_batches)
+        if step_tokens <= 0:
+            raise ValueError("the step has no loss tokens")
+        self.timeline.begin_step()
+        self._local_loss = 0.0
+        # DDP averages gradients over replicas; the other engines sum them.
+        replicas = p.dp if self.engine == "ddp" else 1
+        self._loss_scale = replicas / step_tokens
+        start = time.perf_counter()
+        if self.engine == "ddp":
+            compute = self._step_ddp(micro_batches)
+        else:
+            if self.engine == "torch":
+                self._step_torch(micro_batches)
+            else:
+                self._local_loss = self._executor.run(micro_batches)
+            compute = self.timeline.busy_seconds(COMPUTE)
+        if self.engine == "torch" and p.dp > 1:
+            with self.timeline.span("all_reduce gradients", "collective", COLLECTIVE):
+                self._all_reduce_gradients(self.parameters())
+        seconds = time.perf_counter() - start
+        loss = torch.tensor([self._local_loss / replicas], dtype=torch.float64)
+        if self.world_size > 1:
+            dist.all_reduce(loss)
+        return StepResult(loss=float(loss.item()), step_tokens=int(step_tokens), seconds=seconds,
+                          compute_seconds=compute, wait_seconds=max(0.0, seconds - compute))
+
+    def _step_ddp(self, micro_batches) -> float:
+        module, timeline = self._module, self.timeline
+        self._compute_end = None
+        compute = 0.0
+        last = len(micro_batches) - 1
+        for j, mb in enumerate(micro_batches):
+            sync = nullcontext() if (j == last or not hasattr(module, "no_sync")) else module.no_sync()
+            with sync:
+                t0 = timeline.now()
+                loss = self._scaled_loss(module(**mb), mb[self.labels_key])
+                self._local_loss += float(loss.detach())
+                t1 = timeline.now()
+                loss.backward()
+                t2 = timeline.now()
+            if j == last and self._compute_end is not None:
+                # The last backward also waited for its gradients' reduction: compute ends with the last bucket.
+                reduced = t2
+                t2 = min(t2, self._compute_end - timeline.origin)
+                timeline.add(Event("all_reduce gradients", "collective", COLLECTIVE, t2, reduced))
+            timeline.add(Event(f"F s0 mb{j}", "forward", COMPUTE, t0, t1, 0, j))
+            timeline.add(Event(f"B s0 mb{j}", "backward", COMPUTE, t1, t2, 0, j))
+            compute += t2 - t0
+        return compute
+
+    def _step_torch(self, micro_batches):
+        batch = {}
+        for k in micro_batches[0]:
+            shapes = {tuple(mb[k].shape) for mb in micro_batches}
+            if len(shapes) != 1:
+                raise ValueError(f"pipeline micro-batches need equal shapes, but {k!r} has {sorted(shapes)}: pack "
+                                 "them to fixed caps")
+            batch[k] = torch.cat([mb[k] for mb in micro_batches])
+        if self._pipe_stage.is_last:
+            losses = []
+            self._schedule.step(target=batch[self.labels_key], losses=losses, return_outputs=False, **batch)
+            self._local_loss = float(sum(float(x.detach()) for x in losses))
+        else:
+            self._schedule.step(return_outputs=False, **batch)
+
+    def _reduce_stage_gradients(self, stage: int) -> None:
+        if self.plan.dp > 1:
+            self._all_reduce_gradients(self.stages[stage].parameters())
+
+    def _all_reduce_gradients(self, parameters) -> None:
+        grads = [q.grad for q in parameters if q.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self._dp_group)
+        at = 0
+        for g in grads:
+            g.copy_(flat[at:at + g.numel()].view_as(g))
+            at += g.numel()

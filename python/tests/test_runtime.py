@@ -1,0 +1,118 @@
+"""fulcrum.runtime: plans run on 2 gloo processes train exactly as one process trains the same model."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+torch = pytest.importorskip("torch")
+
+import fulcrum.runtime as fr  # noqa: E402
+from fulcrum.runtime.runtime import _program_order, _torch_pipeline_order  # noqa: E402
+
+WORKER = REPO / "python" / "tests" / "runtime_worker.py"
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", GLOO_SOCKET_IFNAME="lo")
+
+
+def run_worker(layout, out, *extra, processes=2):
+    if processes == 1:
+        cmd = [sys.executable, str(WORKER), "--layout", layout, "--out", str(out), *extra]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+               str(WORKER), "--layout", layout, "--out", str(out), *extra]
+    done = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    # One process, the whole model, every micro-batch of each step: the gradient of the step's token mean.
+    return run_worker("reference", tmp_path_factory.mktemp("reference") / "reference.json", processes=1)
+
+
+def assert_same_training(result, reference):
+    assert len(result["losses"]) == len(reference["losses"]) == 5
+    for got, want in zip(result["losses"], reference["losses"]):
+        assert got == pytest.approx(want, rel=1e-4)
+    # Training really moved: the losses of a learning model fall over the five steps.
+    assert reference["losses"][-1] < reference["losses"][0]
+    assert len(result["parameters"]) == len(reference["parameters"])
+    for got, want in zip(result["parameters"], reference["parameters"]):
+        assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.parametrize("layout, engine", [
+    ("ddp", "ddp"),            # DP 2: DistributedDataParallel
+    ("gpipe", "torch"),        # PP 2: torch.distributed.pipelining's ScheduleGPipe
+    ("1f1b", "torch"),         # PP 2: Schedule1F1B
+    ("interleaved", "executor"),  # PP 2 × 2 chunks in Fulcrum's order: the executor
+    ("zb-h1", "executor"),     # split backward passes: the executor
+])
+def test_two_gloo_ranks_train_as_one_process(layout, engine, reference, tmp_path):
+    result = run_worker(layout, tmp_path / "result.json")
+    assert result["engine"] == engine
+    assert_same_training(result, reference)
+    assert 0 < result["compute_seconds"] <= result["seconds"]
+
+
+def test_the_executor_runs_what_torch_runs(reference, tmp_path):
+    # Forcing Fulcrum's executor onto a 1F1B plan gives the same training as the public schedule.
+    assert_same_training(run_worker("1f1b", tmp_path / "result.json", "--engine", "executor"), reference)
+
+
+def test_the_measured_timeline_is_a_chrome_trace(tmp_path):
+    out = tmp_path / "result.json"
+    run_worker("1f1b", out)
+    trace = json.loads((tmp_path / "result.json.trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    # Rank 0 holds stage 0 of a 4-micro-batch 1F1B step: one forward and one backward of each micro-batch.
+    assert sorted(e["name"] for e in spans if e["cat"] in ("forward", "backward")) == sorted(
+        [f"F s0 mb{m}" for m in range(4)] + [f"B s0 mb{m}" for m in range(4)])
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    starts = {e["name"]: e["ts"] for e in spans}
+    assert starts["F s0 mb0"] < starts["B s0 mb0"]
+
+
+@pytest.mark.parametrize("pipeline", ["gpipe", "1f1b"])
+def test_torchs_schedules_run_fulcrums_order(pipeline):
+    # The runtime hands a plan to torch's schedule only when the orders agree; for generated plans they must.
+    for pp in range(2, 6):
+        for micro_batches in range(1, 10):
+            plan = fr.RuntimePlan.generate(pipeline, 2 * pp, micro_batches, pp=pp)
+            for rank in range(pp):
+                assert _program_order(plan.programs[rank]) == _torch_pipeline_order(pipeline, pp, rank,
+                                                                                    micro_batches)
+
+
+def test_plan_files_are_checked():
+    plan = fr.RuntimePlan.generate("1f1b", 6, 4, pp=2, stages=[(0, 2), (2, 6)], recompute="full")
+    assert plan.stages == ((0, 2), (2, 6)) and plan.recompute == ("full",) * 6 and plan.stages_of(1) == [1]
+    doc = json.loads(plan.text)
+    assert fr.RuntimePlan.from_json({"schedule": doc}).programs == plan.programs  # a `fulcrum plan --out` file
+    broken = dict(doc, programs=[doc["programs"][0][:-1], doc["programs"][1]])
+    with pytest.raises(ValueError, match="broken.json"):
+        fr.RuntimePlan.from_json(broken, "broken.json")
+    with pytest.raises(ValueError, match="TP 2"):
+        fr.RuntimePlan.from_json(dict(doc, layout=dict(doc["layout"], tp=2, dp=1)))
+    with pytest.raises(ValueError, match="neither a schedule"):
+        fr.RuntimePlan.from_json({"fulcrum": 1, "kind": "batch_plan"})
+
+
+def test_a_plan_for_another_model_or_world_is_refused():
+    import torch.nn as nn
+
+    class Chain(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Identity() for _ in range(n))
+
+    plan = fr.RuntimePlan.generate("1f1b", 4, 2, pp=2)
+    with pytest.raises(ValueError, match="covers 4 layers but the model has 5"):
+        fr.Runtime(Chain(5), plan, lambda out, labels: out.sum())
+    with pytest.raises(ValueError, match="2 are running|1 are running"):
+        fr.Runtime(Chain(4), plan, lambda out, labels: out.sum())
