@@ -240,6 +240,26 @@ class TinyVlm(nn.Module):
             return (x[: int(batch["real_tiles"].reshape(-1)[0]) * self.config.tokens_per_tile],)
         return (x[:, : int(batch["real_tokens"].reshape(-1)[0])],)
 
+    def profile_inputs(self, layer: int, tokens: int, seed: int = 0):
+        """``(state, batch)`` in which layer ``layer`` processes ``tokens`` tokens (fulcrum.profile): whole tiles
+        of patch tokens in the encoder, merged image tokens in the projector, one sample of ``tokens`` in the
+        LLM."""
+        c = self.config
+        g = torch.Generator().manual_seed(seed)
+        if layer < self.projector_end:
+            per_tile = c.patches if layer < self.encoder_end else c.tokens_per_tile
+            tiles = max(1, tokens // per_tile)
+            batch = {"pixels": torch.randn(tiles, 3, c.image, c.image, generator=g),
+                     "real_tiles": torch.tensor([tiles]), "seq_lens": torch.tensor([[c.patches]] * tiles)}
+            state = () if layer == 0 else (torch.randn(tiles, c.patches, c.vision_hidden, generator=g),)
+            return state, batch
+        batch = {"tokens": torch.randint(IMAGE_TOKEN + 1, c.vocab, (1, tokens), generator=g),
+                 "positions": torch.arange(tokens)[None] % c.max_positions, "seq_lens": torch.tensor([[tokens]]),
+                 "real_tokens": torch.tensor([tokens]), "real_tiles": torch.tensor([0])}
+        if layer == self.projector_end:  # the token embedding: a text-only sample
+            return (torch.zeros(0, c.hidden),), batch
+        return (torch.randn(1, tokens, c.hidden, generator=g),), batch
+
     def set_recompute(self, layer: int, mode: str):
         """Selective recomputation of a block reruns its attention core; full is the runtime's checkpoint."""
         module = self.layers[layer]

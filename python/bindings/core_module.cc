@@ -22,6 +22,7 @@
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
 #include "fulcrum/data/meta_index.h"
+#include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/data/plan_audit.h"
 #include "fulcrum/sched/pipeline_schedules.h"
 #include "fulcrum/sched/schedule_json.h"
@@ -214,6 +215,11 @@ std::string pipeline_schedule(const std::string& kind, int micro_batches,
 // Reads and validates a schedule's JSON text; InputError (ValueError) naming `where` when it cannot run.
 void check_schedule(const std::string& text, const std::string& where) { validate(schedule_from_json(text, where), where); }
 
+// Reads a profile table as the simulator does; returns its entry count.
+size_t check_profile(const std::string& text, const std::string& where) {
+  return parse_profile_table(text, where).entries.size();
+}
+
 }  // namespace
 }  // namespace fulcrum
 
@@ -305,4 +311,6 @@ PYBIND11_MODULE(_core, m) {
         "stages are [first, end) layer ranges, pp × vpp of them; recompute is one mode per layer.");
   m.def("check_schedule", &check_schedule, py::arg("text"), py::arg("where") = "schedule",
         "Reads and validates a schedule's JSON text; ValueError naming `where` when it cannot run.");
+  m.def("check_profile", &check_profile, py::arg("text"), py::arg("where") = "profile",
+        "Reads a profile table as the simulator does; its entry count, or ValueError naming `where` and the entry.");
 }

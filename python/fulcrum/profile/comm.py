@@ -1,0 +1,106 @@
+"""Communication measurements: collectives timed over gloo (or any process group), nccl-tests output, and the
+CPU cluster they calibrate.
+
+A collective of S bytes is fitted as ``t = latency + S / bandwidth`` by least squares over the measured sizes,
+which is the alpha-beta form the simulator's ring collectives take (fulcrum/cost/collective_cost.h).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+# The simulator's link model for the cpu kind: a group within a node gets half the quoted two-way rate, times
+# the kind's link efficiency (fulcrum/cost/analytic_cost.cc).
+CPU_LINK_EFFICIENCY = 0.5
+
+
+@dataclass(frozen=True)
+class CollectiveFit:
+    op: str
+    ranks: int
+    sizes_bytes: tuple
+    seconds: tuple
+    latency_seconds: float
+    bytes_per_second: float  # S / (t − latency): the algorithm bandwidth of the fit
+
+    def bus_bytes_per_second(self) -> float:
+        """nccl-tests' bus bandwidth: the algorithm bandwidth × 2(n − 1)/n for an all-reduce."""
+        factor = 2 * (self.ranks - 1) / self.ranks if self.op == "all_reduce" else (self.ranks - 1) / self.ranks
+        return self.bytes_per_second * factor
+
+
+def fit_alpha_beta(op: str, ranks: int, sizes_bytes: Sequence[float], seconds: Sequence[float]) -> CollectiveFit:
+    """Least-squares ``t = a + S / B`` over (size, time) points; at least two distinct sizes."""
+    if len(sizes_bytes) != len(seconds) or len(set(sizes_bytes)) < 2:
+        raise ValueError("fitting a collective needs times at two or more sizes")
+    mean_s, mean_t = statistics.fmean(sizes_bytes), statistics.fmean(seconds)
+    var = sum((s - mean_s) ** 2 for s in sizes_bytes)
+    slope = sum((s - mean_s) * (t - mean_t) for s, t in zip(sizes_bytes, seconds)) / var
+    if slope <= 0:
+        raise ValueError("collective times do not grow with size; measure larger messages")
+    latency = max(0.0, mean_t - slope * mean_s)
+    return CollectiveFit(op, ranks, tuple(sizes_bytes), tuple(seconds), latency, 1.0 / slope)
+
+
+def benchmark_all_reduce(sizes_bytes: Iterable[int] = (1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), *,
+                         repeats: int = 10, warmup: int = 3, group=None) -> CollectiveFit:
+    """Times float32 all-reduces of each size on the default (or given) process group, the median of
+    ``repeats`` after ``warmup``, with a barrier before each so every rank starts together. Call on every rank."""
+    import torch
+    import torch.distributed as dist
+
+    sizes, times = [], []
+    for size in sizes_bytes:
+        buffer = torch.ones(max(1, int(size) // 4), dtype=torch.float32)
+        runs = []
+        for i in range(warmup + repeats):
+            dist.barrier(group=group)
+            start = time.perf_counter()
+            dist.all_reduce(buffer, group=group)
+            if i >= warmup:
+                runs.append(time.perf_counter() - start)
+        sizes.append(buffer.numel() * 4)
+        times.append(statistics.median(runs))
+    return fit_alpha_beta("all_reduce", dist.get_world_size(group), sizes, times)
+
+
+_NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+|none)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+_NCCL_OP = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv)_perf")
+_NCCL_RANKS = re.compile(r"^#\s+Rank\s+\d+", re.M)
+
+
+def parse_nccl_tests(text: str, where: str = "nccl-tests output", op: Optional[str] = None) -> CollectiveFit:
+    """A fit from nccl-tests' table (``all_reduce_perf -b 8 -e 128M -f 2``): size in bytes and the out-of-place
+    time in microseconds of each row. The operation comes from the command line it echoes, or ``op``."""
+    if op is None:
+        m = _NCCL_OP.search(text)
+        op = m.group(1) if m else "all_reduce"
+    ranks = len(_NCCL_RANKS.findall(text)) or 2
+    sizes, times = [], []
+    for line in text.splitlines():
+        m = _NCCL_ROW.match(line)
+        if m:
+            sizes.append(float(m.group(1)))
+            times.append(float(m.group(6)) * 1e-6)
+    if len(sizes) < 2:
+        raise ValueError(f"{where}: no nccl-tests result rows (size count type redop root time algbw busbw ...)")
+    return fit_alpha_beta(op, ranks, sizes, times)
+
+
+def cpu_cluster(devices: int, all_reduce: CollectiveFit, *, flops_per_second: Optional[float] = None,
+                compute_slowdown: Optional[float] = None) -> dict:
+    """A cluster JSON for the simulator (``fulcrum simulate --cluster file.json``): ``devices`` of the cpu kind
+    whose link rate reproduces the measured all-reduce bandwidth under the simulator's link model, optionally a
+    measured matmul rate and how much communication slows compute on shared cores."""
+    # A two-rank ring all-reduce moves S/B per rank: B = the fit's algorithm bandwidth × 2(n − 1)/n.
+    per_direction = all_reduce.bus_bytes_per_second()
+    device = {"intra_node_bytes_per_second": 2 * per_direction / CPU_LINK_EFFICIENCY}
+    if flops_per_second:
+        device["bf16_flops_per_second"] = flops_per_second
+    if compute_slowdown is not None:
+        device["communication_compute_slowdown"] = compute_slowdown
+    return {"fulcrum": 1, "preset": f"cpu:{devices}", "device": device}

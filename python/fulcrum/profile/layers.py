@@ -1,0 +1,221 @@
+"""Measures a torch model's layers, pass by pass, into Fulcrum's profile table (``ProfiledCost``'s input).
+
+The model is the runtime's layer chain (``model.layers``, each ``layer(state, batch) -> state``) beside its
+Fulcrum model JSON, plus ``model.profile_inputs(layer_index, tokens) -> (state, batch)``: a micro-batch in which
+that layer processes ``tokens`` tokens (for an encoder, whole items of its ``tokens_per_item``). Each distinct
+layer shape is timed once per token count: forward, backward for the input alone, the whole backward (the
+weight gradients are the difference) and a recomputation (a forward again), each as the median of ``repeats``
+runs after ``warmup``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from contextlib import nullcontext
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import torch
+
+PROFILE_VERSION = 1
+PASSES = ("forward", "backward_input", "backward_weight", "recompute")
+_SHAPE_KEYS = ("hidden", "ffn", "heads", "kv_heads", "head_dim", "mlp", "window_tokens", "vocab", "in_features")
+
+
+def flattened_layers(model_json: Mapping[str, Any]) -> list[dict]:
+    """The model's layers in chain order, ``repeat`` expanded; each carries its component's name, role,
+    ``tokens_per_item`` and ``merge``."""
+    out = []
+    components = model_json["components"]
+    encoder: Optional[Mapping[str, Any]] = None
+    for c in components:
+        if c["role"] == "encoder":
+            encoder = c
+        for layer in c["layers"]:
+            for _ in range(int(layer.get("repeat", 1))):
+                entry = {k: v for k, v in layer.items() if k != "repeat"}
+                entry["_component"], entry["_role"] = c["name"], c["role"]
+                # The length of the sequences this layer attends over: an encoder item, its merged tokens in
+                # the projector, a whole sample in the LLM (0: the profiled tokens are one sequence).
+                per_item = int((encoder or {}).get("tokens_per_item", 0))
+                if c["role"] == "encoder":
+                    entry["_sequence_tokens"] = int(c.get("tokens_per_item", 0))
+                elif c["role"] == "projector" and per_item:
+                    entry["_sequence_tokens"] = per_item // max(1, int(encoder.get("merge", 1)))
+                else:
+                    entry["_sequence_tokens"] = 0
+                out.append(entry)
+    return out
+
+
+def layer_shape(layer: Mapping[str, Any]) -> dict:
+    """The keys that identify a layer in a profile table, with the model schema's defaults filled in, so an
+    entry matches the layer exactly as the core reads it."""
+    kind = layer["kind"]
+    shape: dict[str, Any] = {"layer": kind, "hidden": int(layer["hidden"])}
+    if kind == "transformer":
+        heads = int(layer["heads"])
+        shape.update(ffn=int(layer["ffn"]), heads=heads, kv_heads=int(layer.get("kv_heads", heads)),
+                     head_dim=int(layer.get("head_dim", int(layer["hidden"]) // heads)),
+                     mlp=layer.get("mlp", "gelu"), window_tokens=int(layer.get("window_tokens", 0)))
+    elif kind in ("token_embedding", "lm_head"):
+        shape["vocab"] = int(layer["vocab"])
+    elif kind in ("patch_embedding", "projector"):
+        shape.update(in_features=int(layer["in_features"]), ffn=int(layer.get("ffn", 0)))
+    return shape
+
+
+def _median_seconds(run: Callable[[Any], Any], warmup: int, repeats: int, label: str, profiler,
+                    setup: Callable[[], Any] = lambda: None) -> float:
+    """Median time of ``run(setup())`` over ``repeats`` runs after ``warmup``; ``setup`` is not timed."""
+    times = []
+    for i in range(warmup + repeats):
+        arg = setup()
+        context = torch.profiler.record_function(label) if profiler is not None and i >= warmup else nullcontext()
+        with context:
+            start = time.perf_counter()
+            run(arg)
+            elapsed = time.perf_counter() - start
+        if i >= warmup:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def _requires_grad(state):
+    return tuple(t.detach().requires_grad_() if t.is_floating_point() else t for t in state)
+
+
+def time_layer(layer: torch.nn.Module, make_inputs: Callable[[], tuple], *, warmup: int = 2, repeats: int = 5,
+               label: str = "layer", profiler=None) -> dict[str, float]:
+    """Median seconds of each pass of ``layer`` on the inputs ``make_inputs()`` returns (``(state, batch)``):
+    the forward; the backward for the input alone and the whole backward, each after an untimed forward (the
+    weight gradients are their difference); a recomputation is a forward again."""
+    state, batch = make_inputs()
+    state = _requires_grad(state)
+    inputs = [t for t in state if t.is_floating_point()]
+    params = [p for p in layer.parameters() if p.requires_grad]
+
+    def forward(_=None):
+        return [o for o in layer(state, batch) if o.is_floating_point() and o.requires_grad]
+
+    grads = [torch.randn_like(o) for o in forward()]
+    forward_seconds = _median_seconds(forward, warmup, repeats, f"{label}/forward", profiler)
+    whole = _median_seconds(lambda out: torch.autograd.backward(out, grads, inputs=inputs + params), warmup,
+                            repeats, f"{label}/backward", profiler, setup=forward)
+    backward_input = None
+    if inputs and grads:
+        backward_input = _median_seconds(lambda out: torch.autograd.grad(out, inputs, grads, allow_unused=True),
+                                         warmup, repeats, f"{label}/backward_input", profiler, setup=forward)
+    layer.zero_grad(set_to_none=True)
+    return passes_from_medians(forward_seconds, whole, backward_input)
+
+
+def passes_from_medians(forward: float, backward: float, backward_input: Optional[float]) -> dict:
+    """Pass times from the three timed runs: a forward, the whole backward, and the backward for the input
+    only (None for a layer whose input needs no gradient: the first of the chain)."""
+    seconds = {"forward": forward, "recompute": forward}
+    if backward_input is None:
+        seconds["backward_weight"] = backward
+    else:
+        seconds["backward_input"] = backward_input
+        seconds["backward_weight"] = max(backward - backward_input, 0.0)
+    return seconds
+
+
+def _distinct_shapes(layers: Sequence[Mapping[str, Any]], indices: Iterable[int]) -> Iterator[tuple[int, dict]]:
+    """The first of ``indices`` with each profile shape (layer keys and attended sequence length)."""
+    seen = set()
+    for index in indices:
+        shape = {**layer_shape(layers[index]), "sequence_tokens": layers[index]["_sequence_tokens"]}
+        key = json.dumps(shape, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            yield index, shape
+
+
+def read_json(path: Union[str, os.PathLike], what: str) -> Any:
+    """A JSON file's document; ValueError naming the file when it is not JSON."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{os.fspath(path)}: not {what} ({e})") from None
+
+
+def table_from_measurements(model_json: Mapping[str, Any], measured: Mapping[int, Mapping[int, Mapping[str, float]]],
+                            *, device: str = "cpu", dtype: str = "fp32") -> dict:
+    """A profile table from pass times per layer index and token count; layers of one shape share an entry
+    (the first measured one's)."""
+    layers = flattened_layers(model_json)
+    entries = []
+    for index, shape in _distinct_shapes(layers, sorted(measured)):
+        grid = sorted(measured[index])
+        for p in PASSES:
+            seconds = [measured[index][t].get(p, 0.0) for t in grid]
+            # Passes too short to time (a layer without a backward for its input) keep the analytic model's.
+            if all(x > 0 for x in seconds):
+                entries.append({**shape, "tp": 1, "sequence_parallel": False, "dtype": dtype, "pass": p,
+                                "tokens": grid, "seconds": seconds})
+    return {"fulcrum_profile": PROFILE_VERSION, "device": device, "entries": entries}
+
+
+def profile_model(model: torch.nn.Module, model_json: Mapping[str, Any],
+                  tokens: Union[Sequence[int], Mapping[str, Sequence[int]]], *, device: str = "cpu",
+                  dtype: str = "fp32", warmup: int = 2, repeats: int = 5, profiler=None) -> dict:
+    """Profiles every distinct layer shape of ``model`` at each token count and returns the profile table.
+
+    ``tokens``: the token counts, for every component or per component name (``{"vision": [64, 128], ...}``).
+    With ``profiler`` (a running ``torch.profiler.profile``) every timed run is also a labelled range in its
+    trace, which :func:`fulcrum.profile.import_kineto_trace` reads back.
+    """
+    layers = flattened_layers(model_json)
+    if len(layers) != len(model.layers):
+        raise ValueError(f"the model JSON has {len(layers)} layers but the model has {len(model.layers)}")
+    measured: dict[int, dict[int, dict[str, float]]] = {}
+    for index, _ in _distinct_shapes(layers, range(len(layers))):
+        spec = layers[index]
+        grid = tokens.get(spec["_component"], ()) if isinstance(tokens, Mapping) else tokens
+        grid = sorted({int(t) for t in grid})
+        if not grid:
+            raise ValueError(f"no token counts to profile component {spec['_component']!r} at")
+        measured[index] = {t: time_layer(model.layers[index], lambda: model.profile_inputs(index, t),
+                                         warmup=warmup, repeats=repeats, label=f"fulcrum/{index}/{t}",
+                                         profiler=profiler)
+                           for t in grid}
+    return table_from_measurements(model_json, measured, device=device, dtype=dtype)
+
+
+def write_profile(path: Union[str, os.PathLike], table: Mapping[str, Any]) -> None:
+    """Writes a profile table as JSON, atomically."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(table, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_profile(path: Union[str, os.PathLike]) -> dict:
+    """Reads a profile table, checking what the core's reader checks (ValueError naming the file and entry)."""
+    path = os.fspath(path)
+    doc = read_json(path, "JSON")
+    if not isinstance(doc, dict) or doc.get("fulcrum_profile") != PROFILE_VERSION:
+        raise ValueError(f"{path}: not a Fulcrum profile of version {PROFILE_VERSION}")
+    entries = doc.get("entries")
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: entries must be an array")
+    for i, e in enumerate(entries):
+        where = f"{path}: entry {i}"
+        if not isinstance(e, dict) or e.get("pass") not in PASSES or not isinstance(e.get("layer"), str):
+            raise ValueError(f"{where}: needs a layer and a pass ({', '.join(PASSES)})")
+        tokens, seconds = e.get("tokens"), e.get("seconds")
+        if (not isinstance(tokens, list) or not isinstance(seconds, list) or not tokens
+                or len(tokens) != len(seconds)):
+            raise ValueError(f"{where}: tokens and seconds must be arrays of one length")
+        if any(not isinstance(x, (int, float)) or x <= 0 for x in tokens + seconds):
+            raise ValueError(f"{where}: tokens and seconds must be positive numbers")
+        if any(b <= a for a, b in zip(tokens, tokens[1:])):
+            raise ValueError(f"{where}: tokens must increase")
+    return doc

@@ -1,0 +1,128 @@
+"""fulcrum.profile: layer tables the simulator reads, the same from a torch.profiler trace, and communication."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import REPO
+
+torch = pytest.importorskip("torch")
+
+import fulcrum._core as core  # noqa: E402
+import fulcrum.profile as fp  # noqa: E402
+
+sys.path.insert(0, str(REPO / "examples" / "tiny_vlm"))
+from model import TinyVlm, TinyVlmConfig  # noqa: E402
+
+CONFIG = TinyVlmConfig(vision_hidden=32, vision_ffn=64, vision_heads=2, vision_blocks=2, hidden=48, ffn=96, heads=2,
+                       blocks=2, vocab=64)
+GRID = {"vision": [64, 256], "projector": [32, 128], "llm": [64, 256]}
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    torch.set_num_threads(1)
+    model = TinyVlm(CONFIG)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        table = fp.profile_model(model, model.fulcrum_model(), GRID, warmup=1, repeats=3, profiler=prof)
+    trace = tmp_path_factory.mktemp("kineto") / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    return model, table, trace
+
+
+def test_the_table_is_what_the_simulator_reads(profiled, tmp_path):
+    model, table, _ = profiled
+    path = tmp_path / "profile.json"
+    fp.write_profile(path, table)
+    assert core.check_profile(path.read_text(), str(path)) == len(table["entries"])
+    assert fp.read_profile(path) == table
+    # One entry per distinct layer shape and pass: the encoder's and the LLM's blocks differ, the repeated
+    # blocks of each share theirs. 8 shapes: patch embedding, two blocks, two final norms, projector, embedding,
+    # LM head; the patch embedding has no input gradient, so 8 × 4 − 1 entries.
+    shapes = {json.dumps({k: v for k, v in e.items() if k not in ("pass", "tokens", "seconds")}, sort_keys=True)
+              for e in table["entries"]}
+    assert len(shapes) == 8 and len(table["entries"]) == 8 * 4 - 1
+    for e in table["entries"]:
+        assert e["dtype"] == "fp32" and e["tp"] == 1 and e["pass"] in fp.PASSES
+        assert e["tokens"] == GRID[{"patch_embedding": "vision", "projector": "projector"}.get(
+            e["layer"], "llm" if e["hidden"] == 48 else "vision")]
+        assert all(s > 0 for s in e["seconds"])
+    blocks = [e for e in table["entries"] if e["layer"] == "transformer" and e["hidden"] == 48]
+    assert {e["pass"] for e in blocks} == set(fp.PASSES)
+    (block,) = [e for e in blocks if e["pass"] == "forward"]
+    assert block == {**block, "ffn": 96, "heads": 2, "kv_heads": 2, "head_dim": 24, "mlp": "gelu", "sequence_tokens": 0}
+    # Four times the tokens take longer (a block's work grows at least linearly).
+    assert block["seconds"][1] > block["seconds"][0]
+    vision = [e for e in table["entries"] if e["layer"] == "transformer" and e["hidden"] == 32]
+    assert {e["sequence_tokens"] for e in vision} == {CONFIG.patches}
+
+
+def test_a_kineto_trace_gives_the_same_table(profiled):
+    model, table, trace = profiled
+    back = fp.import_kineto_trace(trace, model.fulcrum_model())
+    assert [(e["layer"], e["hidden"], e["pass"], e["tokens"]) for e in back["entries"]] == [
+        (e["layer"], e["hidden"], e["pass"], e["tokens"]) for e in table["entries"]]
+    for got, want in zip(back["entries"], table["entries"]):
+        # The profiler's range encloses the timed call: never shorter, and close on layers that take a while.
+        for g, w in zip(got["seconds"], want["seconds"]):
+            if want["pass"] != "backward_weight" and w > 1e-3:
+                assert w * 0.8 <= g <= w * 1.5 + 1e-4
+
+
+def test_bad_tables_and_traces_are_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"fulcrum_profile": 1, "entries": [
+        {"layer": "transformer", "pass": "forward", "tokens": [2, 1], "seconds": [1, 2]}]}))
+    with pytest.raises(ValueError, match="bad.json: entry 0: tokens must increase"):
+        fp.read_profile(bad)
+    with pytest.raises(ValueError, match="bad.json: entry 0"):
+        core.check_profile(bad.read_text(), str(bad))
+    empty = tmp_path / "trace.json"
+    empty.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "dur": 3}]}))
+    with pytest.raises(ValueError, match="trace.json: no fulcrum"):
+        fp.import_kineto_trace(empty, TinyVlm(CONFIG).fulcrum_model())
+
+
+def test_a_model_json_that_is_not_the_model_is_refused():
+    model = TinyVlm(CONFIG)
+    other = TinyVlm(TinyVlmConfig(vision_blocks=1, blocks=1, vision_hidden=32, vision_ffn=64, hidden=32, ffn=64,
+                                  vocab=64)).fulcrum_model()
+    with pytest.raises(ValueError, match="layers but the model has"):
+        fp.profile_model(model, other, [64])
+
+
+NCCL_TESTS = """# nThread 1 nGpus 1 minBytes 1024 maxBytes 4194304 step: 4(factor) warmup iters: 5 iters: 20
+#
+# Using devices
+#  Rank  0 Group  0 Pid   1234 on   node-1 device  0 [0x07] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid   1235 on   node-1 device  1 [0x0a] NVIDIA H100 80GB HBM3
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+        1024           256     float     sum      -1    20.00    0.05    0.05      0    19.90    0.05    0.05      0
+       65536         16384     float     sum      -1    30.00    2.18    2.18      0    29.50    2.22    2.22      0
+     4194304       1048576     float     sum      -1   660.00    6.36    6.36      0   650.00    6.45    6.45      0
+# Out of bounds values : 0 OK
+"""
+
+
+def test_nccl_tests_output_fits_latency_and_bandwidth():
+    fit = fp.parse_nccl_tests(NCCL_TESTS)
+    assert fit.op == "all_reduce" and fit.ranks == 2
+    # The rows lie near t = 20 µs + S / 6.67 GB/s: the fit recovers both within a few percent.
+    assert fit.latency_seconds == pytest.approx(20e-6, rel=0.1)
+    assert fit.bytes_per_second == pytest.approx((4194304 - 1024) / (660e-6 - 20e-6), rel=0.03)
+    with pytest.raises(ValueError, match="run.log: no nccl-tests result rows"):
+        fp.parse_nccl_tests("# nothing here\n", "run.log")
+
+
+def test_the_cpu_cluster_reproduces_the_measured_all_reduce(tmp_path):
+    fit = fp.fit_alpha_beta("all_reduce", 2, [1e6, 4e6], [1e-3 + 1e6 / 2e9, 1e-3 + 4e6 / 2e9])
+    assert fit.bytes_per_second == pytest.approx(2e9) and fit.latency_seconds == pytest.approx(1e-3)
+    cluster = fp.cpu_cluster(2, fit, flops_per_second=5e10)
+    # Under the simulator's link model a 2-rank ring moves S / (rate / 2 × 0.5): S / 2e9 again.
+    rate = cluster["device"]["intra_node_bytes_per_second"]
+    assert 1e6 / (rate / 2 * fp.comm.CPU_LINK_EFFICIENCY) == pytest.approx(1e6 / 2e9)
+    assert cluster["preset"] == "cpu:2" and cluster["device"]["bf16_flops_per_second"] == 5e10
