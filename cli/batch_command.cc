@@ -8,12 +8,14 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/cost_inputs.h"
 #include "cli/output_file.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/progress.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/flops_sample_cost.h"
 #include "fulcrum/cost/model_sample_cost.h"
+#include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
 #include "fulcrum/data/isf.h"
@@ -43,7 +45,9 @@ struct BatchOptions {
   BatchParams params;
   std::string cost_file;
   std::string model;             // balance with this model's cost instead of the pinned InternVL one
-  std::string cluster = "a100";  // the devices that model runs on
+  std::string cluster = "a100";  // the devices that model runs on: a preset or a cluster JSON file
+  std::string profile;           // measured layer times refining that model's cost
+  std::string dtype;             // the number format it trains in (default bf16)
   std::string oversize = "error";
   std::string out;
   bool json = false;
@@ -197,8 +201,27 @@ void run_batch(BatchOptions& o) {
   if (!o.compare) make_batcher(o.algo);  // reject an unknown name before loading anything
   if (!o.model.empty() && !o.cost_file.empty()) throw InputError("--model and --cost both set the cost: give one");
   const FlopsCoefficients coefficients = o.cost_file.empty() ? FlopsCoefficients{} : read_flops_coefficients(o.cost_file);
+  if (o.model.empty() && (!o.profile.empty() || !o.dtype.empty())) {
+    throw InputError("--profile and --dtype refine --model's cost: give --model");
+  }
   std::unique_ptr<ModelSampleCost> model_cost;
-  if (!o.model.empty()) model_cost = std::make_unique<ModelSampleCost>(load_model(o.model), AnalyticCost(cluster_preset(o.cluster)));
+  std::optional<ProfileTable> profile;
+  Dtype dtype = Dtype::kBf16;
+  int profile_applied = 0;
+  if (!o.model.empty()) {
+    const ModelSpec model = load_model(o.model);
+    const ClusterSpec cluster = load_cluster(o.cluster);
+    dtype = training_dtype(o.dtype.empty() ? "bf16" : o.dtype, cluster);
+    const AnalyticCost analytic(cluster);
+    if (o.profile.empty()) {
+      model_cost = std::make_unique<ModelSampleCost>(model, analytic, dtype);
+    } else {
+      profile = load_profile(o.profile);
+      // The balancer prices unsharded passes without recomputation.
+      profile_applied = profile_entries_applied(*profile, model, ParallelLayout{}, {}, dtype);
+      model_cost = std::make_unique<ModelSampleCost>(model, ProfiledCost(analytic, *profile), dtype);
+    }
+  }
   LoadedData loaded = load_dataset(o.data, {o.root, o.strict, &std::cerr});
   const Dataset& data = loaded.dataset;
   const double load_seconds = seconds_since(start);
@@ -208,6 +231,7 @@ void run_batch(BatchOptions& o) {
                                  vision_unit_name(data.vision_unit()), o.model,
                                  vision_unit_name(model_cost->vision_unit())));
   }
+  if (profile) std::cerr << profile_unused_warning(o.profile, *profile, profile_applied, dtype);
   const FlopsSampleCost flops_cost(data.vision_unit(), coefficients);
   const SampleCost& cost = model_cost ? static_cast<const SampleCost&>(*model_cost) : flops_cost;
 
@@ -216,6 +240,11 @@ void run_batch(BatchOptions& o) {
     if (model_cost) {
       run.summary["params"]["model"] = o.model;
       run.summary["params"]["cluster"] = o.cluster;
+      run.summary["params"]["dtype"] = std::string(dtype_name(dtype));
+      if (profile) {
+        run.summary["params"]["profile"] = {{"file", o.profile}, {"device", profile->device},
+                                            {"entries", profile->entries.size()}, {"entries_applied", profile_applied}};
+      }
     }
     run.summary["timing"]["load_seconds"] = load_seconds;
     run.summary["timing"]["total_seconds"] = seconds_since(start);
@@ -294,7 +323,11 @@ std::function<void()> add_batch_command(CLI::App& app) {
   cmd->add_option("--cost", o->cost_file, "JSON file of cost coefficients overriding the InternVL-Chat-1.5 defaults");
   cmd->add_option("--model", o->model,
                   "balance with this model's cost (a preset or a config.json, as for `fulcrum model`)");
-  cmd->add_option("--cluster", o->cluster, "the devices for --model's cost, e.g. h100 (default a100)");
+  cmd->add_option("--cluster", o->cluster,
+                  "the devices for --model's cost, e.g. h100, or a cluster JSON file (default a100)");
+  cmd->add_option("--profile", o->profile, "--model's cost: a profile table JSON of measured layer times");
+  cmd->add_option("--dtype", o->dtype, "--model's cost: the number format, bf16 | fp16 | fp8 | fp32 (default bf16)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8", "fp32"}));
   cmd->add_option("--oversize", o->oversize, "A sample over a cap: error | own-group")
       ->check(CLI::IsMember({"error", "own-group"}))
       ->capture_default_str();

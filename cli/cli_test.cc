@@ -132,6 +132,24 @@ TEST_F(Cli, BadInputTable) {
        "--model and --cost both set the cost"},
       {"unknown_cluster", ok, "batch --data {file} --dp 2 --model llava-1.5-7b --cluster tpu --out {out}",
        "unknown device kind 'tpu'"},
+      {"profile_bad_dtype",
+       R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "tokens": [1],
+           "seconds": [1]}, {"layer": "transformer", "pass": "forward", "dtype": "int4", "tokens": [1],
+           "seconds": [1]}]})",
+       "simulate --model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --profile {file} --trace {out}",
+       "entry 1: unknown dtype 'int4'"},
+      {"profile_plan",
+       R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "tokens": [2048, 1024],
+           "seconds": [1, 2]}]})",
+       "plan --model gpt-11b --cluster a100:8 --gbs 8 --quiet --profile {file} --out {out}",
+       "entry 0: tokens must increase"},
+      {"profile_batch", R"({"fulcrum_profile": 1, "entries": [)",
+       "batch --data data/internvl_sft_1.2M.json --dp 2 --model llava-1.5-7b --profile {file} --out {out}",
+       "malformed JSON"},
+      {"profile_without_model", ok, "batch --data {file} --dp 2 --profile {file} --out {out}",
+       "--profile and --dtype refine --model's cost: give --model"},
+      {"cluster_file_plan", R"({"fulcrum": 1, "preset": "cpu:2", "device": {"flops": 1e11}})",
+       "plan --model gpt-11b --cluster {file} --gbs 8 --quiet --out {out}", "device: unknown key 'flops'"},
   };
   for (const BadCase& c : cases) {
     const std::string ext = std::string(c.name) == "csv_row" ? ".csv" : ".json";
@@ -149,7 +167,7 @@ TEST_F(Cli, BadInputTable) {
     // A message about a file names it; parameter errors have no file to name.
     if (std::string(c.args).find("{file}") != std::string::npos && std::string(c.name) != "unknown_option" &&
         std::string(c.name) != "dp_zero" && std::string(c.name) != "model_and_cost" &&
-        std::string(c.name) != "unknown_cluster" &&
+        std::string(c.name) != "unknown_cluster" && std::string(c.name) != "profile_without_model" &&
         std::string(c.name) != "unknown_algo" && std::string(c.name) != "drop_last_nothing_left") {
       EXPECT_NE(r.err.find(fs::path(file).filename().string()), std::string::npos) << c.name << ": " << r.err;
     }
@@ -319,6 +337,13 @@ TEST_F(Cli, SimulateBadInputTable) {
       {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --pp 2 --vpp 2 --schedule zb-h1",
        "the zb-h1 schedule has one model chunk per rank"},
       {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --recompute some", "--recompute some"},
+      {"--model gpt-11b --cluster a100:8 --gbs 8 --tp 8 --dtype fp8",
+       "dtype fp8 needs fp8 tensor cores (h100, h200); a100 has none"},
+      {"--model gpt-11b --cluster cpu:2 --gbs 2 --dtype fp8",
+       "dtype fp8 needs fp8 tensor cores (h100, h200); cpu has none"},
+      {"--model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --dtype fp4", "--dtype"},
+      {"--model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --profile no-such-profile.json",
+       "no-such-profile.json: cannot open"},
   };
   for (const auto& [args, message] : cases) {
     const Result r = run("simulate " + args + " --trace " + trace);
@@ -441,6 +466,11 @@ TEST_F(Cli, PlanBadInput) {
       {"--model internvl-chat-1.5 --cluster a100:64 --gbs 256 --no-baselines --export megatron --strategy balanced "
        "--baseline-config 4,1,16,1,1",
        "holds only encoder layers"},
+      {"--model gpt-11b --cluster a100:16 --gbs 64 --config 2,2,2", "--config '2,2,2': expected DP,TP,PP,VPP,MBS"},
+      {"--model gpt-11b --cluster a100:16 --gbs 64 --config 2,2,2,1,1",
+       "--config DP 2 × TP 2 × PP 2 is not the cluster's 16 devices"},
+      {"--model gpt-11b --cluster a100:16 --gbs 64 --strategy zero3 --config 16,1,1,1,1", "takes no configuration"},
+      {"--model gpt-11b --cluster a100:16 --gbs 64 --dtype fp8", "a100 has none"},
   };
   const std::string out = (dir_ / "plan.json").string();
   for (const auto& [args, message] : cases) {
@@ -450,6 +480,126 @@ TEST_F(Cli, PlanBadInput) {
     EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
     EXPECT_FALSE(fs::exists(out)) << args;
   }
+}
+
+// What a profiler of real CPU runs hands to simulate, plan and batch: a small LLM, a CPU machine calibrated by
+// measurement (the cpu preset, 2 devices sharing their cores with communication, with measured rates), and
+// profiles of the LLM block's forward at 512 tokens.
+const char* kTinyModel = R"({"fulcrum": 1, "name": "tiny-lm", "components": [{"name": "llm", "role": "llm", "layers": [
+  {"kind": "token_embedding", "hidden": 256, "vocab": 32000},
+  {"kind": "transformer", "repeat": 4, "hidden": 256, "ffn": 1024, "heads": 4},
+  {"kind": "final_norm", "hidden": 256},
+  {"kind": "lm_head", "hidden": 256, "vocab": 32000}]}]})";
+const char* kCpuCluster = R"({"fulcrum": 1, "preset": "cpu:2", "device": {"bf16_flops_per_second": 1e11,
+  "memory_bytes_per_second": 2e10, "intra_node_bytes_per_second": 4e9}})";
+
+std::string block_forward_profile(const char* dtype, double seconds) {
+  return fmt::format(R"({{"fulcrum_profile": 1, "device": "cpu", "entries": [
+    {{"layer": "transformer", "hidden": 256, "ffn": 1024, "heads": 4, "kv_heads": 4, "head_dim": 64,
+      "mlp": "gelu", "dtype": "{}", "pass": "forward", "tokens": [512], "seconds": [{}]}}]}})",
+                     dtype, seconds);
+}
+
+// Data parallelism over the 2 devices (pp 1), 2 micro-batches of one 512-token sequence per replica. A micro-batch
+// of exactly the profiled length takes the measured forward exactly, and on one pipeline stage the iteration is
+// the compute stream's work plus the gradient reduction and optimizer step (communication shares the cores), so
+// measuring the block forward at 2 s instead of 1 s adds micro-batches × blocks × 1 s = 2 × 4 × 1 s. A profile
+// measured in fp32 prices nothing of a bf16 run (the iteration is the analytic one, and a warning says so), and
+// prices the same run with --dtype fp32.
+TEST_F(Cli, SimulateTakesMeasuredLayerTimesFromAProfile) {
+  const std::string model = write("tiny.json", kTinyModel), cluster = write("cpu.json", kCpuCluster);
+  const std::string base = fmt::format("simulate --model {} --cluster {} --gbs 4 --mbs 1 --seq 512 --json", model,
+                                       cluster);
+  const auto iteration = [&](const std::string& extra, int applied = -1) {
+    const Result r = run(base + extra);
+    EXPECT_EQ(r.status, 0) << extra << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["plan"]["dp"], 2);
+    EXPECT_EQ(j["plan"]["micro_batches"], 2);
+    if (applied >= 0) {
+      EXPECT_EQ(j["profile"]["entries_applied"], applied) << extra;
+    }
+    return j["iteration_seconds"].get<double>();
+  };
+  const std::string one = write("one.json", block_forward_profile("bf16", 1.0));
+  const std::string two = write("two.json", block_forward_profile("bf16", 2.0));
+  const std::string fp32 = write("fp32.json", block_forward_profile("fp32", 2.0));
+  const double analytic = iteration("");
+  const double measured_one = iteration(" --profile " + one, 1);
+  const double measured_two = iteration(" --profile " + two, 1);
+  // 8 block forwards on each device now take 1 s each, which the analytic model puts at a few tens of ms.
+  EXPECT_GT(measured_one, analytic + 7);
+  EXPECT_LT(measured_one, analytic + 8);
+  EXPECT_NEAR(measured_two - measured_one, 2 * 4 * 1.0, 1e-6);
+  EXPECT_EQ(iteration(" --profile " + fp32, 0), analytic);
+  const Result warned = run(base + " --profile " + fp32);
+  EXPECT_EQ(std::count(warned.err.begin(), warned.err.end(), '\n'), 1) << warned.err;
+  EXPECT_NE(warned.err.find("fp32.json: none of its 1 entries matches"), std::string::npos) << warned.err;
+  EXPECT_NE(warned.err.find("dtype bf16"), std::string::npos) << warned.err;
+  EXPECT_GT(iteration(" --dtype fp32 --profile " + fp32, 1), iteration(" --dtype fp32") + 8);
+}
+
+// plan reads a cluster file as simulate does; --config pins Fulcrum's own plan to exactly DP 1 TP 1 PP 2 (the
+// search alone picks TP 2 here), its schedule still chosen between 1F1B and ZB-H1; the profile prices it.
+TEST_F(Cli, PlanPinsItsConfigurationOnACalibratedCpuCluster) {
+  const std::string model = write("tiny.json", kTinyModel), cluster = write("cpu.json", kCpuCluster);
+  const std::string profile = write("one.json", block_forward_profile("bf16", 1.0));
+  const std::string out = (dir_ / "plan.json").string();
+  const std::string base = fmt::format("plan --model {} --cluster {} --gbs 4 --seq 512 --quiet --strategy fulcrum",
+                                       model, cluster);
+  const Result searched = run(base + " --no-baselines");
+  ASSERT_EQ(searched.status, 0) << searched.err;
+  EXPECT_NE(searched.out.find("tiny-lm on 2 × cpu, global batch 4"), std::string::npos) << searched.out;
+  EXPECT_NE(searched.out.find("DP 1 TP 2 PP 1"), std::string::npos) << searched.out;
+
+  const Result pinned = run(base + " --config 1,1,2,1,1 --json --out " + out);
+  ASSERT_EQ(pinned.status, 0) << pinned.err;
+  const auto j = nlohmann::json::parse(pinned.out);
+  EXPECT_EQ(j["plan"]["dp"], 1);
+  EXPECT_EQ(j["plan"]["tp"], 1);
+  EXPECT_EQ(j["plan"]["pp"], 2);
+  EXPECT_EQ(j["plan"]["vpp"], 1);
+  EXPECT_EQ(j["plan"]["mbs"], 1);
+  EXPECT_EQ(j["plan"]["batcher"], "fulcrum");
+  EXPECT_EQ(j["plan"]["stages"].size(), 2u);
+  EXPECT_EQ(j["candidates"], 2);  // 1F1B and ZB-H1
+  EXPECT_EQ(j["dtype"], "bf16");
+  // The baselines keep their own search.
+  EXPECT_TRUE(j["baselines"].contains("megatron"));
+  EXPECT_NE(j["baselines"]["megatron"]["plan"]["tp"], 1);
+  const auto file = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(file["plan"]["pp"], 2);
+  EXPECT_EQ(file["dtype"], "bf16");
+
+  const Result profiled = run(base + " --config 1,1,2,1,1 --no-baselines --json --profile " + profile);
+  ASSERT_EQ(profiled.status, 0) << profiled.err;
+  const auto p = nlohmann::json::parse(profiled.out);
+  EXPECT_EQ(p["profile"]["entries_applied"], 1);
+  EXPECT_EQ(p["plan"]["pp"], 2);
+  // 4 micro-batches, each through 2 blocks of 1 s measured forward on every stage (modelled at a few tens of
+  // ms): at least 7 s more.
+  EXPECT_GT(p["predicted"]["iteration_seconds"].get<double>(), j["predicted"]["iteration_seconds"].get<double>() + 7);
+}
+
+// batch --model balances with the model's cost on the given devices; a profile makes it the measured cost. The
+// block forward measured at 1 s per 512 tokens, some 40 times the model's, raises every step's predicted time
+// (by less than 40 times: the backward passes, the embedding and the head keep their modelled times).
+TEST_F(Cli, BatchBalancesWithAProfiledModelCost) {
+  const std::string model = write("tiny.json", kTinyModel), cluster = write("cpu.json", kCpuCluster);
+  const std::string profile = write("one.json", block_forward_profile("bf16", 1.0));
+  const std::string base = fmt::format("batch --data data/vision/ai2d_train_12k_wh_token_lengths.json --dp 2 --json "
+                                       "--model {} --cluster {}", model, cluster);
+  const Result analytic = run(base);
+  const Result measured = run(base + " --profile " + profile);
+  ASSERT_EQ(analytic.status, 0) << analytic.err;
+  ASSERT_EQ(measured.status, 0) << measured.err;
+  const auto a = nlohmann::json::parse(analytic.out), m = nlohmann::json::parse(measured.out);
+  EXPECT_EQ(m["params"]["dtype"], "bf16");
+  EXPECT_EQ(m["params"]["profile"]["entries_applied"], 1);
+  EXPECT_FALSE(a["params"].contains("profile"));
+  EXPECT_GT(m["metrics"]["predicted_step_seconds_sum"].get<double>(),
+            2 * a["metrics"]["predicted_step_seconds_sum"].get<double>());
+  EXPECT_EQ(m["duplicated"], 0);
 }
 
 TEST_F(Cli, StatsOfTheBundledIndex) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/cost_inputs.h"
 #include "cli/output_file.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/data/meta_index.h"
@@ -35,7 +36,10 @@ struct PlanOptions {
   std::string data;
   std::string root = ".";
   std::string strategy = "fulcrum";
+  std::string config;
   std::string baseline_config;
+  std::string profile;
+  std::string dtype = "bf16";
   std::string out;
   std::string exporter;
   bool json = false;
@@ -47,8 +51,8 @@ struct PlanOptions {
   uint64_t seed = 0;
 };
 
-// "DP,TP,PP,VPP,MBS".
-ParallelConfig parse_config(const std::string& text) {
+// "DP,TP,PP,VPP,MBS", given to `option`.
+ParallelConfig parse_config(const std::string& text, const std::string& option) {
   std::vector<int64_t> v;
   std::stringstream in(text);
   std::string part;
@@ -58,10 +62,10 @@ ParallelConfig parse_config(const std::string& text) {
       v.push_back(std::stoll(part, &used));
       if (used != part.size() || v.back() < 1) throw std::invalid_argument(part);
     } catch (const std::exception&) {
-      throw InputError(fmt::format("--baseline-config '{}': expected DP,TP,PP,VPP,MBS as positive integers", text));
+      throw InputError(fmt::format("{} '{}': expected DP,TP,PP,VPP,MBS as positive integers", option, text));
     }
   }
-  if (v.size() != 5) throw InputError(fmt::format("--baseline-config '{}': expected DP,TP,PP,VPP,MBS", text));
+  if (v.size() != 5) throw InputError(fmt::format("{} '{}': expected DP,TP,PP,VPP,MBS", option, text));
   ParallelConfig c;
   c.dp = static_cast<int>(v[0]);
   c.tp = static_cast<int>(v[1]);
@@ -110,7 +114,9 @@ void run_plan(const PlanOptions& o) {
   const auto start = Clock::now();
   PlanRequest request;
   request.model = load_model(o.model);
-  request.cluster = cluster_preset(o.cluster);
+  request.cluster = load_cluster(o.cluster);
+  request.dtype = training_dtype(o.dtype, request.cluster);
+  if (!o.profile.empty()) request.profile = load_profile(o.profile);
   request.gbs = o.gbs;
   request.seq = o.seq;
   request.images_per_sample = o.images_per_sample;
@@ -124,7 +130,8 @@ void run_plan(const PlanOptions& o) {
       if (c.role == ComponentRole::kEncoder && c.tokens_per_item > 0) c.tokens_per_item = o.image_tokens;
     }
   }
-  if (!o.baseline_config.empty()) request.pinned = parse_config(o.baseline_config);
+  if (!o.baseline_config.empty()) request.pinned = parse_config(o.baseline_config, "--baseline-config");
+  if (!o.config.empty()) request.config = parse_config(o.config, "--config");
   const Strategy strategy = parse_strategy(o.strategy);
   if (!o.exporter.empty() && o.exporter != "megatron" && o.exporter != "deepspeed") {
     throw InputError(fmt::format("--export {}: use megatron or deepspeed", o.exporter));
@@ -140,6 +147,7 @@ void run_plan(const PlanOptions& o) {
   if (!o.no_baselines) {
     PlanRequest baseline = request;
     baseline.llm_in_every_stage = false;  // the baselines as users run them
+    baseline.config.reset();              // --config pins the planned strategy; --baseline-config the baselines
     for (Strategy b : {Strategy::kZero3, Strategy::kMegatron, Strategy::kBalanced}) {
       if (b == strategy) continue;
       try {
@@ -169,8 +177,13 @@ void run_plan(const PlanOptions& o) {
   const SimResult& d = plan.detail;
   const AnalyticCost cost(request.cluster);
   const double bound_seconds =
-      d.model_flops / (static_cast<double>(request.cluster.devices) * request.cluster.device.bf16_flops_per_second *
-                       cost.efficiency().matmul);
+      d.model_flops / (static_cast<double>(request.cluster.devices) *
+                       matmul_peak_flops_per_second(request.cluster.device, request.dtype) * cost.efficiency().matmul);
+  const int profile_applied =
+      request.profile ? profile_entries_applied(*request.profile, request.model, plan.schedule.layout,
+                                                plan.schedule.recompute, request.dtype)
+                      : 0;
+  if (request.profile) std::cerr << profile_unused_warning(o.profile, *request.profile, profile_applied, request.dtype);
   const double fraction_of_bound = plan.iteration_seconds > 0 ? bound_seconds / plan.iteration_seconds : 0;
 
   if (!o.out.empty()) {
@@ -179,6 +192,7 @@ void run_plan(const PlanOptions& o) {
               {"model", request.model.name},
               {"cluster", o.cluster},
               {"gbs", o.gbs},
+              {"dtype", std::string(dtype_name(request.dtype))},
               {"strategy", std::string(strategy_name(strategy))},
               {"plan", summary_json(plan)},
               {"schedule", Json::parse(schedule_to_json(plan.schedule))}};
@@ -204,6 +218,7 @@ void run_plan(const PlanOptions& o) {
              {"model", {{"name", request.model.name}, {"parameters", request.model.parameters()}}},
              {"cluster", o.cluster},
              {"gbs", o.gbs},
+             {"dtype", std::string(dtype_name(request.dtype))},
              {"plan", summary_json(plan)},
              {"predicted",
               {{"epoch_seconds", plan.epoch_seconds},
@@ -216,6 +231,10 @@ void run_plan(const PlanOptions& o) {
              {"fraction_of_bound", fraction_of_bound},
              {"candidates", plan.candidates},
              {"feasible", plan.feasible}};
+    if (request.profile) {
+      out["profile"] = {{"file", o.profile}, {"device", request.profile->device},
+                        {"entries", request.profile->entries.size()}, {"entries_applied", profile_applied}};
+    }
     if (!o.out.empty()) out["out"] = o.out;
     if (!exported.empty()) out["export"] = {{"format", o.exporter}, {"text", exported}};
     if (o.ablation) {
@@ -229,8 +248,14 @@ void run_plan(const PlanOptions& o) {
     std::cout << out.dump(2) << "\n";
     return;
   }
-  std::cout << fmt::format("{} on {} × {}, global batch {}: {} plan\n", request.model.name,
-                           request.cluster.devices, request.cluster.device.kind, o.gbs, strategy_name(strategy));
+  std::cout << fmt::format("{} on {} × {}, global batch {}{}: {} plan\n", request.model.name,
+                           request.cluster.devices, request.cluster.device.kind, o.gbs,
+                           request.dtype == Dtype::kBf16 ? "" : fmt::format(", {}", dtype_name(request.dtype)),
+                           strategy_name(strategy));
+  if (request.profile) {
+    std::cout << fmt::format("  profile {}: {} of {} entries price the plan's layer passes\n", o.profile,
+                             profile_applied, request.profile->entries.size());
+  }
   std::cout << fmt::format("  {}\n  stages (layers): ", describe(plan));
   for (const StageLayers& st : plan.schedule.stages) std::cout << fmt::format("[{}, {}) ", st.first_layer, st.end_layer);
   std::cout << fmt::format("\n  recomputation: {}\n", recompute_summary(plan.schedule));
@@ -263,7 +288,7 @@ std::function<void()> add_plan_command(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "Find the fastest parallel plan that fits, against the baselines");
   cmd->add_option("--model", o->model, "A preset or a config.json, as for `fulcrum model`")->required();
-  cmd->add_option("--cluster", o->cluster, "Devices, e.g. a100:256")->required();
+  cmd->add_option("--cluster", o->cluster, "Devices, e.g. a100:256, or a cluster JSON file")->required();
   cmd->add_option("--gbs", o->gbs, "Global batch: samples per iteration over all replicas")->required();
   cmd->add_option("--data", o->data, "Length file or meta index the epoch runs over");
   cmd->add_option("--root", o->root, "Second folder for a meta index's paths")->capture_default_str();
@@ -272,7 +297,12 @@ std::function<void()> add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--image-tokens", o->image_tokens, "Patch tokens per image (default: the encoder's own)");
   cmd->add_option("--strategy", o->strategy, "zero3 | megatron | balanced | omnibal | fulcrum")->capture_default_str();
+  cmd->add_option("--config", o->config,
+                  "DP,TP,PP,VPP,MBS pinning the planned strategy's configuration (its schedule is still chosen)");
   cmd->add_option("--baseline-config", o->baseline_config, "DP,TP,PP,VPP,MBS pinning megatron and balanced");
+  cmd->add_option("--profile", o->profile, "Profile table JSON: measured times for the layer passes it covers");
+  cmd->add_option("--dtype", o->dtype, "Number format of every layer: bf16 | fp16 | fp8 | fp32")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8", "fp32"}))->capture_default_str();
   cmd->add_flag("--no-baselines", o->no_baselines, "Skip planning the zero3, megatron and balanced baselines");
   cmd->add_flag("--megatron-layout", o->megatron_layout,
                 "Only plans whose every stage holds LLM layers (what Megatron-LM's pipeline layout can express)");

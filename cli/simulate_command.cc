@@ -3,9 +3,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,11 +10,13 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/cost_inputs.h"
 #include "cli/output_file.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/progress.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/model_sample_cost.h"
+#include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
 #include "fulcrum/data/meta_index.h"
@@ -60,6 +59,8 @@ struct SimulateOptions {
   int64_t step = 0;
   int64_t steps = 1;
   uint64_t seed = 0;
+  std::string profile;
+  std::string dtype = "bf16";
   std::string trace;
   std::string save_schedule;
   std::string load_schedule;
@@ -88,22 +89,6 @@ StateSharding state_sharding(const SimulateOptions& o) {
   throw InputError(fmt::format("--zero {}: use 0, 1, 2 or 3", o.zero));
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A preset ("h100:3072") or a cluster JSON file.
-ClusterSpec load_cluster(const std::string& preset_or_file) {
-  if (!preset_or_file.ends_with(".json") && !std::filesystem::is_regular_file(preset_or_file)) {
-    return cluster_preset(preset_or_file);
-  }
-  return cluster_from_json(read_file(preset_or_file), preset_or_file);
-}
-
 std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024)); }
 
 Json breakdown_json(const TimeBreakdown& t) {
@@ -114,7 +99,7 @@ Json breakdown_json(const TimeBreakdown& t) {
 
 // Each step's micro-batch loads per data-parallel replica, from a batcher's plan of the dataset.
 std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const ModelSpec& model,
-                                            const ClusterSpec& cluster, int dp, int micro_batches) {
+                                            const CostModel& cost_model, Dtype dtype, int dp, int micro_batches) {
   LoadedData loaded = load_dataset(o.data, {o.root, false, &std::cerr});
   const Dataset& data = loaded.dataset;
   BatchParams params;
@@ -123,7 +108,7 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
   params.samples_per_step = o.gbs;
   params.seed = o.seed;
   params.oversize = OversizePolicy::kOwnGroup;
-  const ModelSampleCost cost(model, AnalyticCost(cluster));
+  const ModelSampleCost cost(model, cost_model, dtype);
   if (cost.vision_unit() != data.vision_unit()) {
     throw InputError(fmt::format("{} counts vision in {}, but model '{}' takes {}", o.data,
                                  vision_unit_name(data.vision_unit()), o.model, vision_unit_name(cost.vision_unit())));
@@ -151,6 +136,9 @@ void run_simulate(const SimulateOptions& o) {
   const auto start = Clock::now();
   ModelSpec model = load_model(o.model);
   ClusterSpec cluster = load_cluster(o.cluster);
+  const Dtype dtype = training_dtype(o.dtype, cluster);
+  std::optional<ProfileTable> profile;
+  if (!o.profile.empty()) profile = load_profile(o.profile);
   if (o.tp < 1 || o.pp < 1 || o.vpp < 1 || o.dp < 0) {
     throw InputError(fmt::format("--tp, --pp and --vpp must be at least 1 (tp {}, pp {}, vpp {})", o.tp, o.pp, o.vpp));
   }
@@ -171,7 +159,7 @@ void run_simulate(const SimulateOptions& o) {
   // The plan: generated from the options, or a schedule file written by a planner (or --save-schedule).
   Schedule schedule;
   if (!o.load_schedule.empty()) {
-    schedule = schedule_from_json(read_file(o.load_schedule), o.load_schedule);
+    schedule = schedule_from_json(read_text_file(o.load_schedule), o.load_schedule);
     validate(schedule, o.load_schedule);
   }
   const ParallelLayout* given = o.load_schedule.empty() ? nullptr : &schedule.layout;
@@ -215,21 +203,29 @@ void run_simulate(const SimulateOptions& o) {
   const ParallelLayout& layout = schedule.layout;
   const PipelineKind kind = schedule.kind;
 
+  // Layer times: the analytic model's, or measured ones where the profile has them.
+  const AnalyticCost analytic(cluster);
+  std::optional<ProfiledCost> profiled;
+  if (profile) profiled.emplace(analytic, *profile);
+  const CostModel& cost = profiled ? static_cast<const CostModel&>(*profiled) : analytic;
+  const int profile_applied =
+      profile ? profile_entries_applied(*profile, model, layout, schedule.recompute, dtype) : 0;
+
   std::vector<MicroBatchLoads> steps;
   if (o.data.empty()) {
     if (o.steps != 1 || o.step != 0) throw InputError("--step and --steps choose steps of --data's plan");
     steps.push_back(uniform_loads(micro_batches, o.mbs, o.seq, images));
   } else {
-    steps = loads_from_data(o, model, cluster, dp, micro_batches);
+    steps = loads_from_data(o, model, cost, dtype, dp, micro_batches);
   }
-  const AnalyticCost cost(cluster);
   const auto sim_start = Clock::now();
   std::vector<SimResult> results;
   Progress progress("simulating", static_cast<int64_t>(steps.size()), !o.quiet && steps.size() > 1);
   for (size_t i = 0; i < steps.size(); ++i) {
     SimOptions options;
     options.timeline = !o.trace.empty() && i == 0;
-    results.push_back(simulate(schedule, model, cluster, cost, cost.efficiency(), steps[i], options));
+    options.dtype = dtype;
+    results.push_back(simulate(schedule, model, cluster, cost, analytic.efficiency(), steps[i], options));
     progress.advance();
   }
   progress.finish();
@@ -238,6 +234,7 @@ void run_simulate(const SimulateOptions& o) {
   double mean_seconds = 0;
   for (const SimResult& x : results) mean_seconds += x.iteration_seconds / static_cast<double>(results.size());
 
+  if (profile) std::cerr << profile_unused_warning(o.profile, *profile, profile_applied, dtype);
   if (!o.save_schedule.empty()) write_file_atomically(o.save_schedule, schedule_to_json(schedule));
   if (!o.trace.empty()) {
     write_file_atomically(o.trace, chrome_trace(r, fmt::format("{} on {}", model.name, o.cluster)));
@@ -269,8 +266,12 @@ void run_simulate(const SimulateOptions& o) {
                {"schedule", std::string(pipeline_kind_name(kind))}, {"micro_batches", micro_batches},
                {"gbs", o.gbs}, {"mbs", o.mbs},
                {"state_sharding", std::string(state_sharding_name(layout.state_sharding))},
-               {"sequence_parallel", layout.sequence_parallel}}}};
+               {"sequence_parallel", layout.sequence_parallel}, {"dtype", std::string(dtype_name(dtype))}}}};
     if (!o.load_schedule.empty()) out["plan"]["schedule_file"] = o.load_schedule;
+    if (profile) {
+      out["profile"] = {{"file", o.profile}, {"device", profile->device}, {"entries", profile->entries.size()},
+                        {"entries_applied", profile_applied}};
+    }
     if (!o.data.empty()) {
       Json per_step = Json::array();
       for (const SimResult& x : results) per_step.push_back(x.iteration_seconds);
@@ -283,9 +284,14 @@ void run_simulate(const SimulateOptions& o) {
     return;
   }
   std::cout << fmt::format("{} ({:.2f}B parameters, {} layers) on {} × {}: dp {} tp {} pp {} vpp {}, {} schedule, "
-                           "{} micro-batches of {} per replica\n",
+                           "{} micro-batches of {} per replica{}\n",
                            model.name, static_cast<double>(model.parameters()) / 1e9, layers, cluster.devices,
-                           cluster.device.kind, dp, layout.tp, layout.pp, layout.vpp, pipeline_kind_name(kind), micro_batches, o.mbs);
+                           cluster.device.kind, dp, layout.tp, layout.pp, layout.vpp, pipeline_kind_name(kind),
+                           micro_batches, o.mbs, dtype == Dtype::kBf16 ? "" : fmt::format(", {}", dtype_name(dtype)));
+  if (profile) {
+    std::cout << fmt::format("  profile {}: {} of {} entries price this run's layer passes\n", o.profile,
+                             profile_applied, profile->entries.size());
+  }
   if (!o.data.empty()) {
     std::cout << fmt::format("  data {} ({} batches), steps {}..{}: mean iteration {:.4f} s\n", o.data, o.batcher,
                              o.step, o.step + o.steps - 1, mean_seconds);
@@ -338,6 +344,9 @@ std::function<void()> add_simulate_command(CLI::App& app) {
   cmd->add_option("--step", o->step, "First step of the plan to simulate")->capture_default_str();
   cmd->add_option("--steps", o->steps, "Steps to simulate (the mean is reported)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the batcher's shuffle")->capture_default_str();
+  cmd->add_option("--profile", o->profile, "Profile table JSON: measured times for the layer passes it covers");
+  cmd->add_option("--dtype", o->dtype, "Number format of every layer: bf16 | fp16 | fp8 | fp32")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8", "fp32"}))->capture_default_str();
   cmd->add_option("--trace", o->trace, "Write the first step's timeline as Chrome trace JSON");
   cmd->add_option("--save-schedule", o->save_schedule, "Write the generated schedule as JSON");
   cmd->add_option("--load-schedule", o->load_schedule,

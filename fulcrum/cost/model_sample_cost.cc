@@ -8,12 +8,14 @@
 
 namespace fulcrum {
 
-double component_training_seconds(const ComponentSpec& c, const CostModel& cost, const TokenBatch& batch) {
+double component_training_seconds(const ComponentSpec& c, const CostModel& cost, const TokenBatch& batch,
+                                  Dtype dtype) {
   double seconds = 0;
   const size_t used = c.layers.size() - static_cast<size_t>(c.unused_final_layers);
   for (size_t i = 0; i < used; ++i) {
     for (Pass pass : {Pass::kForward, Pass::kBackwardInput, Pass::kBackwardWeight}) {
-      seconds += cost.layer_cost({&c.layers[i], pass, batch, {1, false}, c.trainable}).seconds;
+      const LayerWork work{&c.layers[i], pass, batch, {1, false}, c.trainable, Recompute::kNone, dtype};
+      seconds += cost.layer_cost(work).seconds;
     }
   }
   return seconds;
@@ -26,7 +28,7 @@ constexpr int64_t kReferenceImagePatches = 1024;
 
 }  // namespace
 
-ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost) {
+ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost, Dtype dtype) {
   const ComponentSpec* llm = nullptr;
   bool dynamic = false, fixed = false;
   for (const ComponentSpec& c : model.components) {
@@ -47,25 +49,25 @@ ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost) 
       encoder = &c;
       if (c.tokens_per_item > 0) {
         const int64_t t = c.tokens_per_item;
-        per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t});
+        per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t}, dtype);
       } else {
         const int64_t t = kReferenceImagePatches;
-        per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t}) / static_cast<double>(t);
+        per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t}, dtype) / static_cast<double>(t);
       }
     } else if (c.role == ComponentRole::kProjector) {
       // A tile's tokens (or, per patch token, a reference sequence) after the encoder's merge.
       const bool tiled = encoder && encoder->tokens_per_item > 0;
       const int64_t in = tiled ? encoder->tokens_per_item : kReferenceTokens;
       const int64_t merged = std::max<int64_t>(1, in / std::max<int64_t>(1, encoder ? encoder->merge : 1));
-      const double seconds = component_training_seconds(c, cost, {1, merged, merged * merged});
+      const double seconds = component_training_seconds(c, cost, {1, merged, merged * merged}, dtype);
       per_vision_unit_ += tiled ? seconds : seconds / static_cast<double>(in);
     }
   }
 
   // The LLM: linear part per token, then the attention part per t² from a second, longer sequence.
   const int64_t t = kReferenceTokens;
-  const double linear = component_training_seconds(*llm, cost, {t, t, t});  // t one-token sequences: Σt² = t
-  const double with_attention = component_training_seconds(*llm, cost, {1, t, t * t});
+  const double linear = component_training_seconds(*llm, cost, {t, t, t}, dtype);  // t one-token sequences: Σt² = t
+  const double with_attention = component_training_seconds(*llm, cost, {1, t, t * t}, dtype);
   per_llm_token_ = linear / static_cast<double>(t);
   per_token_squared_ = std::max(0.0, (with_attention - linear) / static_cast<double>(t * t - t));
 }

@@ -16,10 +16,11 @@ namespace fulcrum {
 //   one t²           the LLM's attention, per squared sequence length
 // and a micro-batch's time is their sum weighted by its load, as FlopsSampleCost does with FLOPs. Only the
 // ratios matter for balance. A dynamic-resolution encoder's attention is charged per patch token at a
-// reference image of 1,024 patches.
+// reference image of 1,024 patches. Every pass is asked in `dtype` (a profiled cost model prices only the work
+// of its entries' dtype).
 class ModelSampleCost : public SampleCost {
  public:
-  ModelSampleCost(const ModelSpec& model, const CostModel& cost);
+  ModelSampleCost(const ModelSpec& model, const CostModel& cost, Dtype dtype = Dtype::kBf16);
   double micro_batch_seconds(const MicroBatchLoad& load) const override;
 
   double seconds_per_vision_unit() const { return per_vision_unit_; }
@@ -37,7 +38,8 @@ class ModelSampleCost : public SampleCost {
 
 // Seconds of a component's forward and both backward passes over `batch`, unsharded; layers the model does not
 // use are skipped and frozen ones have no weight gradient.
-double component_training_seconds(const ComponentSpec& component, const CostModel& cost, const TokenBatch& batch);
+double component_training_seconds(const ComponentSpec& component, const CostModel& cost, const TokenBatch& batch,
+                                  Dtype dtype = Dtype::kBf16);
 
 }  // namespace fulcrum
 

@@ -55,6 +55,19 @@ TEST(ModelSampleCost, DynamicResolutionCountsPatchTokensAndFrozenLlmsCostLess) {
   EXPECT_EQ(ModelSampleCost(llava, a100).vision_unit(), VisionUnit::kPatchTokens);
 }
 
+// The balancer's costs are asked in the training dtype. In fp32 the analytic model halves every compute rate
+// (TF32 matmuls and attention) and doubles every byte moved, so each coefficient doubles exactly.
+TEST(ModelSampleCost, AsksEveryPassInTheGivenDtype) {
+  const ModelSpec m = model_preset("internvl-chat-1.5");
+  const AnalyticCost a100(cluster_preset("a100"));
+  const ModelSampleCost bf16(m, a100);
+  const ModelSampleCost fp32(m, a100, Dtype::kFp32);
+  EXPECT_DOUBLE_EQ(fp32.seconds_per_vision_unit(), 2 * bf16.seconds_per_vision_unit());
+  EXPECT_DOUBLE_EQ(fp32.seconds_per_llm_token(), 2 * bf16.seconds_per_llm_token());
+  EXPECT_DOUBLE_EQ(fp32.seconds_per_token_squared(), 2 * bf16.seconds_per_token_squared());
+  EXPECT_THROW(ModelSampleCost(m, a100, Dtype::kFp8), InputError);  // no fp8 tensor cores
+}
+
 TEST(ModelSampleCost, NeedsAnLlm) {
   EXPECT_THROW(ModelSampleCost(model_preset("vit-3b"), FlopsOnlyCost()), InputError);
 }

@@ -11,8 +11,8 @@
 namespace fulcrum {
 
 bool ProfileEntry::matches(const LayerSpec& l, const LayerWork& work) const {
-  // Profiles are measured in 16-bit without context parallelism; other work keeps the fallback's time.
-  if (std::max(1, work.sharding.cp) != 1 || (work.dtype != Dtype::kBf16 && work.dtype != Dtype::kFp16)) return false;
+  // Profiles are measured without context parallelism, each in one dtype; other work keeps the fallback's time.
+  if (std::max(1, work.sharding.cp) != 1 || work.dtype != dtype) return false;
   if (kind != l.kind || hidden != l.hidden || pass != work.pass || tp != std::max(1, work.sharding.tp) ||
       sequence_parallel != (work.sharding.sequence_parallel && tp > 1)) {
     return false;
@@ -119,6 +119,14 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
       }
       entry.sequence_parallel = e["sequence_parallel"].get<bool>() && entry.tp > 1;
     }
+    if (e.contains("dtype")) {
+      if (!e["dtype"].is_string()) throw InputError(fmt::format("{}: dtype must be a string", where));
+      try {
+        entry.dtype = parse_dtype(e["dtype"].get<std::string>());
+      } catch (const InputError& error) {
+        throw InputError(fmt::format("{}: {}", where, error.what()));
+      }
+    }
     if (e.contains("mlp")) {
       if (e["mlp"] == "gelu") {
         entry.mlp = MlpKind::kGelu;
@@ -146,16 +154,18 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
 ProfiledCost::ProfiledCost(const CostModel& fallback, ProfileTable table)
     : fallback_(fallback), table_(std::move(table)) {}
 
+int ProfileTable::entry_for(const LayerWork& work) const {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].matches(*work.layer, work)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 LayerCost ProfiledCost::layer_cost(const LayerWork& work) const {
   LayerCost cost = fallback_.layer_cost(work);
-  const ProfileEntry* entry = nullptr;
-  for (const ProfileEntry& e : table_.entries) {
-    if (e.matches(*work.layer, work)) {
-      entry = &e;
-      break;
-    }
-  }
-  if (!entry || cost.seconds <= 0) return cost;
+  const int index = table_.entry_for(work);
+  if (index < 0 || cost.seconds <= 0) return cost;
+  const ProfileEntry* entry = &table_.entries[static_cast<size_t>(index)];
 
   // measured / fallback at each profiled token count, for one sequence of that length.
   auto ratio_at = [&](size_t i) {

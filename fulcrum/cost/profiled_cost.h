@@ -9,16 +9,19 @@
 
 namespace fulcrum {
 
-// Measured times of layer passes: for a layer shape, a tensor-parallel degree and a pass, the seconds of one
-// sequence of each of several token counts. A profiler writes it; imports of torch.profiler traces and
-// nccl-tests output will feed it. Versioned JSON:
+// Measured times of layer passes: for a layer shape, a tensor-parallel degree, a number format and a pass, the
+// seconds of one sequence of each of several token counts. A profiler writes it; imports of torch.profiler
+// traces and nccl-tests output will feed it. Versioned JSON:
 //   {"fulcrum_profile": 1, "device": "h100", "entries": [
 //     {"layer": "transformer", "hidden": 4096, "ffn": 11008, "heads": 32, "kv_heads": 32, "head_dim": 128,
-//      "mlp": "swiglu", "window_tokens": 0, "tp": 1, "sequence_parallel": false, "pass": "forward",
-//      "tokens": [1024, 2048, 4096], "seconds": [0.0011, 0.0021, 0.0043]}]}
+//      "mlp": "swiglu", "window_tokens": 0, "tp": 1, "sequence_parallel": false, "dtype": "bf16",
+//      "pass": "forward", "tokens": [1024, 2048, 4096], "seconds": [0.0011, 0.0021, 0.0043]}]}
 // Passes: forward, backward_input, backward_weight, recompute. Non-transformer layers give only the keys that
-// shape them ("layer": "lm_head", "hidden", "vocab"). Entries are 16-bit (bf16 or fp16) runs without context
-// parallelism; they do not apply to fp8, fp32 or context-parallel work.
+// shape them ("layer": "lm_head", "hidden", "vocab"). "dtype" is the number format the run computed in: bf16
+// (the default, what files without the key were measured in), fp16, fp8 or fp32. An entry applies only to
+// work in exactly its dtype: bf16 and fp16 share a tensor-core rate on GPUs, but not on CPUs (most have bf16
+// but no fp16 arithmetic), so a measurement of one says nothing reliable about the other. Entries are runs
+// without context parallelism; they do not apply to context-parallel work.
 struct ProfileEntry {
   LayerKind kind = LayerKind::kTransformerBlock;
   int64_t hidden = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, in_features = 0;
@@ -26,6 +29,7 @@ struct ProfileEntry {
   int64_t window_tokens = 0;
   int tp = 1;
   bool sequence_parallel = false;
+  Dtype dtype = Dtype::kBf16;
   Pass pass = Pass::kForward;
   std::vector<double> tokens;   // increasing
   std::vector<double> seconds;  // measured, one per token count
@@ -36,6 +40,9 @@ struct ProfileEntry {
 struct ProfileTable {
   std::string device;
   std::vector<ProfileEntry> entries;
+
+  // The first entry that matches the work (whatever its token count), or -1: the one that prices it.
+  int entry_for(const LayerWork& work) const;
 };
 
 // Throws InputError naming `file` and the entry for malformed input.

@@ -39,16 +39,39 @@ TEST(ProfiledCost, ScalesTheFallbackByTheMeasuredRatioInterpolatedInTokens) {
   LayerSpec wider = block;
   wider.ffn = 32;
   EXPECT_DOUBLE_EQ(cost.layer_cost({&wider, Pass::kForward, {1, 1000, 1000000}, {1, false}}).seconds, 0.001);
-  // Measured in 16-bit without context parallelism: fp16 uses it; fp8, fp32 and cp 2 do not.
+  // Without a "dtype" key the entry is a bf16 run without context parallelism: fp16, fp8, fp32 and cp 2 work
+  // keep the fallback's time.
   const TokenBatch batch{1, 1000, 1000000};
   EXPECT_DOUBLE_EQ(
-      cost.layer_cost({&block, Pass::kForward, batch, {1, false}, true, Recompute::kNone, Dtype::kFp16}).seconds,
+      cost.layer_cost({&block, Pass::kForward, batch, {1, false}, true, Recompute::kNone, Dtype::kBf16}).seconds,
       0.002);
-  for (Dtype other : {Dtype::kFp8, Dtype::kFp32}) {
+  for (Dtype other : {Dtype::kFp16, Dtype::kFp8, Dtype::kFp32}) {
     EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, batch, {1, false}, true, Recompute::kNone, other}).seconds,
-                     0.001);
+                     0.001)
+        << dtype_name(other);
   }
   EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, batch, {1, false, 2}}).seconds, 0.001);
+}
+
+// A CPU profiler measures in fp32: its entries price fp32 work only, and entries of several dtypes for the same
+// layer each price their own.
+TEST(ProfiledCost, AnEntryAppliesToWorkInItsOwnDtypeOnly) {
+  const MicrosecondPerToken fallback;
+  const ProfiledCost cost(fallback, parse_profile_table(R"({"fulcrum_profile": 1, "device": "cpu", "entries": [
+    {"layer": "transformer", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "mlp": "swiglu",
+     "dtype": "fp32", "pass": "forward", "tokens": [1000], "seconds": [0.004]},
+    {"layer": "transformer", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "mlp": "swiglu",
+     "dtype": "fp16", "pass": "forward", "tokens": [1000], "seconds": [0.003]}]})",
+                                                        "cpu.json"));
+  const LayerSpec block = tiny_gqa_swiglu_block();
+  auto seconds = [&](Dtype dtype) {
+    return cost.layer_cost({&block, Pass::kForward, {1, 1000, 1000000}, {1, false}, true, Recompute::kNone, dtype})
+        .seconds;
+  };
+  EXPECT_DOUBLE_EQ(seconds(Dtype::kFp32), 0.004);  // measured ×4 over the modelled 1 ms
+  EXPECT_DOUBLE_EQ(seconds(Dtype::kFp16), 0.003);
+  EXPECT_DOUBLE_EQ(seconds(Dtype::kBf16), 0.001);  // not measured: the fallback's
+  EXPECT_DOUBLE_EQ(seconds(Dtype::kFp8), 0.001);
 }
 
 TEST(ProfileTable, BadInputNamesFileAndEntry) {
@@ -70,6 +93,11 @@ TEST(ProfileTable, BadInputNamesFileAndEntry) {
           "seconds": [-1]}]})", "p.json: entry 0: seconds must hold positive numbers"},
       {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "hidden": -8,
           "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: hidden must be a non-negative integer"},
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "tokens": [1],
+          "seconds": [1]}, {"layer": "transformer", "pass": "forward", "dtype": "int8", "tokens": [1],
+          "seconds": [1]}]})", "p.json: entry 1: unknown dtype 'int8'; known: bf16, fp16, fp8, fp32"},
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "dtype": 16,
+          "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: dtype must be a string"},
   };
   for (const auto& c : cases) {
     try {

@@ -121,6 +121,11 @@ void read_device(const json& d, DeviceSpec& device, const std::string& where) {
     } else if (key == "communication_shares_compute") {
       if (!value.is_boolean()) throw InputError(fmt::format("{}: {} must be true or false", where, key));
       device.communication_shares_compute = value.get<bool>();
+    } else if (key == "communication_compute_slowdown") {
+      if (!value.is_number() || !(value.get<double>() >= 0) || !std::isfinite(value.get<double>())) {
+        throw InputError(fmt::format("{}: {} must be a number >= 0", where, key));
+      }
+      device.communication_compute_slowdown = value.get<double>();
     } else {
       throw InputError(fmt::format("{}: unknown key '{}'", where, key));
     }

@@ -21,6 +21,14 @@ struct DeviceSpec {
   // The CPU kind: collectives run on the same cores as compute and slow it down.
   bool communication_shares_compute = false;
   double fp8_flops_per_second = 0;  // dense fp8 tensor cores; 0: the device has none (A100, A800, cpu)
+  // With communication_shares_compute: the seconds of compute a second of pipeline transfer or data-parallel
+  // collective costs the device. 1 (every preset) runs communication on the compute stream with nothing
+  // overlapping it; 0 would overlap it completely, as a GPU's copy engines do; in between, communication threads
+  // take part of the cores; above 1, contention costs more than the transfer itself. The transfer still takes
+  // its link time: data arrive, and a collective completes, when the link model says. Measured as (compute time
+  // with a collective running beside it − compute time alone) / the collective's time alone. Tensor-parallel
+  // collectives inside layers always block compute: the next kernel needs their result.
+  double communication_compute_slowdown = 1.0;
 };
 
 // A training cluster: `devices` identical devices in nodes of `device.devices_per_node`, and the memory each
@@ -36,7 +44,7 @@ struct ClusterSpec {
   double usable_memory_bytes() const;
 };
 
-// "h100:3072" → 3,072 H100s; the count defaults to one node ("a100" = 8 A100s; "cpu" = 1 device). Kinds:
+// "h100:3072" → 3,072 H100s; the count defaults to one node ("a100" = 8 A100s; "cpu" = 2 devices). Kinds:
 //   h100  H100 SXM: 989 TFLOP/s dense bf16 (1,978 fp8), 80 GiB, 3.35 TB/s, NVLink 900 GB/s, 8 per node, 400 Gb/s InfiniBand
 //   h200  H100 with 141 GB at 4.8 TB/s
 //   a100  A100-80G SXM: 312 TFLOP/s, 80 GiB, 2.0 TB/s, NVLink 600 GB/s, 200 Gb/s InfiniBand per GPU
@@ -48,7 +56,13 @@ const std::vector<std::string>& cluster_kinds();
 
 // Reads a cluster from JSON: {"fulcrum": 1, "device": {"kind": ..., "bf16_flops_per_second": ...,
 // "fp8_flops_per_second": ... (optional), ...},
-// "devices": N, "reserve_fraction": f, "reserve_bytes": b}; or {"preset": "h100:64", ...overrides}.
+// "devices": N, "reserve_fraction": f, "reserve_bytes": b}; or {"preset": "h100:64", ...overrides}, where a
+// "device" object overrides only the keys it gives. A machine calibrated by measurement is a preset with its
+// measured rates: {"fulcrum": 1, "preset": "cpu:2", "device": {"bf16_flops_per_second": 6e10,
+// "memory_bytes_per_second": 1.2e10, "intra_node_bytes_per_second": 3e9}}. Device keys: kind,
+// bf16_flops_per_second, fp8_flops_per_second, memory_bytes, memory_bytes_per_second,
+// intra_node_bytes_per_second, inter_node_bytes_per_second, devices_per_node, communication_shares_compute,
+// communication_compute_slowdown (a number >= 0).
 // Unknown keys, missing rates and non-positive values are errors naming `file` and the key.
 ClusterSpec cluster_from_json(std::string_view text, const std::string& file);
 

@@ -70,6 +70,31 @@ TEST(ClusterJson, PresetWithOverridesOrAWholeDevice) {
                    6e14);
 }
 
+// A CPU machine calibrated by measurement: the cpu preset (2 devices in one node, communication on the compute
+// cores) with the measured rates; the rates not given keep the preset's.
+TEST(ClusterJson, CalibratedCpuPreset) {
+  const ClusterSpec c = cluster_from_json(R"({"fulcrum": 1, "preset": "cpu:2", "device": {
+      "bf16_flops_per_second": 6e10, "memory_bytes_per_second": 1.2e10, "intra_node_bytes_per_second": 3e9}})",
+                                          "cpu.json");
+  const ClusterSpec preset = cluster_preset("cpu:2");
+  EXPECT_EQ(c.devices, 2);
+  EXPECT_EQ(c.nodes(), 1);
+  EXPECT_EQ(c.device.kind, "cpu");
+  EXPECT_TRUE(c.device.communication_shares_compute);
+  EXPECT_DOUBLE_EQ(c.device.bf16_flops_per_second, 6e10);
+  EXPECT_DOUBLE_EQ(c.device.memory_bytes_per_second, 1.2e10);
+  EXPECT_DOUBLE_EQ(c.device.intra_node_bytes_per_second, 3e9);
+  EXPECT_DOUBLE_EQ(c.device.memory_bytes, preset.device.memory_bytes);
+  EXPECT_DOUBLE_EQ(c.device.inter_node_bytes_per_second, preset.device.inter_node_bytes_per_second);
+  EXPECT_EQ(cluster_preset("cpu").devices, 2);  // one node
+  // Communication costs compute all of its time unless a measurement says otherwise.
+  EXPECT_DOUBLE_EQ(c.device.communication_compute_slowdown, 1.0);
+  EXPECT_DOUBLE_EQ(cluster_from_json(R"({"preset": "cpu:2", "device": {"communication_compute_slowdown": 0.3}})",
+                                     "cpu.json")
+                       .device.communication_compute_slowdown,
+                   0.3);
+}
+
 TEST(ClusterJson, BadInputNamesFileAndKey) {
   const struct {
     const char* text;
@@ -81,6 +106,10 @@ TEST(ClusterJson, BadInputNamesFileAndKey) {
       {R"({"devices": 4, "device": {"kind": "x", "bf16_flops_per_second": 1e15}})", "c.json: device: memory_bytes is missing"},
       {R"({"device": {"kind": "x"}})", "c.json: device:"},
       {R"({"preset": "h100:8", "fulcrum": 2})", "c.json: unsupported format version 2"},
+      {R"({"preset": "cpu:2", "device": {"communication_compute_slowdown": -0.5}})",
+       "c.json: device: communication_compute_slowdown must be a number >= 0"},
+      {R"({"preset": "cpu:2", "device": {"communication_compute_slowdown": "half"}})",
+       "c.json: device: communication_compute_slowdown must be a number >= 0"},
       {R"({"preset": "h100:8", "reserve_fraction": 1.5})", "c.json: reserve_fraction must be in [0, 1)"},
       {R"({"preset": "h100:8", "reserve_bytes": 1e12})", "c.json: the memory reserve leaves nothing"},
       {R"([])", "c.json: a cluster is a JSON object"},

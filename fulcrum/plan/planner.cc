@@ -115,9 +115,13 @@ struct LayerInfo {
 
 class Planner {
  public:
-  Planner(Recipe recipe, const PlanRequest& r) : recipe_(std::move(recipe)), r_(r), cost_(r.cluster) {}
+  Planner(Recipe recipe, const PlanRequest& r) : recipe_(std::move(recipe)), r_(r), analytic_(r.cluster) {
+    if (r.profile) profiled_.emplace(analytic_, *r.profile);
+  }
 
   TrainingPlan run() {
+    // Before any thread prices a layer: fp8 on devices without it.
+    matmul_peak_flops_per_second(r_.cluster.device, r_.dtype);
     prepare_data();
     const std::vector<ParallelConfig> configs = candidates();
     if (configs.empty()) {
@@ -204,7 +208,9 @@ class Planner {
 
   Recipe recipe_;
   const PlanRequest& r_;
-  AnalyticCost cost_;
+  AnalyticCost analytic_;
+  std::optional<ProfiledCost> profiled_;  // over analytic_, with the request's profile
+  const CostModel& cost() const { return profiled_ ? static_cast<const CostModel&>(*profiled_) : analytic_; }
   Dataset synthetic_;
   const Dataset* data_ = nullptr;
   std::map<std::tuple<std::string, int, int>, LoadSet> loads_;  // (batcher, dp, micro-batches)
@@ -228,7 +234,7 @@ class Planner {
       return;
     }
     // Identical samples: `synthetic_steps` steps of them.
-    const ModelSampleCost unit(r_.model, cost_);
+    const ModelSampleCost unit(r_.model, cost(), r_.dtype);
     synthetic_ = Dataset(unit.vision_unit());
     bool encoder = false;
     int64_t patch_tokens = 0;
@@ -273,6 +279,9 @@ class Planner {
   std::vector<ParallelConfig> candidates() const {
     const int64_t devices = r_.cluster.devices;
     std::vector<ParallelConfig> out;
+    if (r_.config && recipe_.zero3_data_parallel) {
+      throw InputError("--config: the zero3 strategy is pure data parallelism with ZeRO-3; it takes no configuration");
+    }
     if (recipe_.zero3_data_parallel) {
       ParallelConfig c;
       c.dp = static_cast<int>(devices);
@@ -281,32 +290,28 @@ class Planner {
       if (r_.gbs % (c.mbs * devices) == 0) out.push_back(c);
       return out;
     }
+    if (r_.config) {
+      check_config(*r_.config);
+      add_variants(*r_.config, out);
+      return out;
+    }
     if (r_.pinned && !recipe_.adaptive_recompute && recipe_.batcher == "random") {
       ParallelConfig c = *r_.pinned;
+      check_pinned(c, "--baseline-config");
       c.encoder_tp = encoder_tp_for(c.tp);
       c.sequence_parallel = c.tp > 1;
       c.schedule = c.vpp > 1 ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB;
-      if (static_cast<int64_t>(c.dp) * c.tp * c.pp != devices) {
-        throw InputError(fmt::format("--baseline-config DP {} × TP {} × PP {} is not the cluster's {} devices", c.dp,
-                                     c.tp, c.pp, devices));
-      }
-      if (r_.gbs % (c.mbs * c.dp) != 0) {
-        throw InputError(fmt::format("--baseline-config: global batch {} is not divisible by micro-batch {} × DP {}",
-                                     r_.gbs, c.mbs, c.dp));
-      }
       out.push_back(c);
       return out;
     }
     const int per_node = std::max(1, r_.cluster.device.devices_per_node);
-    const bool first_stage = recipe_.partition == PartitionMethod::kMegatronEven;
-    const int64_t spread_blocks = first_stage ? llm_blocks_ : all_blocks_;
     for (int tp = 1; tp <= per_node && tp <= devices; tp *= 2) {
       if (devices % tp != 0 || !llm_tp_ok(tp)) continue;
-      for (int pp = 1; pp <= devices / tp && pp <= spread_blocks; pp *= 2) {
+      for (int pp = 1; pp <= devices / tp && pp <= spread_blocks(); pp *= 2) {
         if ((devices / tp) % pp != 0) continue;
         const int dp = static_cast<int>(devices / tp / pp);
         for (int vpp : {1, 2, 4}) {
-          if (vpp > 1 && (pp == 1 || static_cast<int64_t>(pp) * vpp > spread_blocks)) continue;
+          if (vpp > 1 && (pp == 1 || static_cast<int64_t>(pp) * vpp > spread_blocks())) continue;
           for (int64_t mbs : {1, 2, 4, 8}) {
             if (r_.gbs % (mbs * dp) != 0) continue;
             const int64_t m = r_.gbs / (mbs * dp);
@@ -318,21 +323,7 @@ class Planner {
             c.pp = pp;
             c.vpp = vpp;
             c.mbs = mbs;
-            c.encoder_tp = encoder_tp_for(tp);
-            c.sequence_parallel = tp > 1;
-            c.sharding = dp > 1 ? StateSharding::kMegatronDistributedOptimizer : StateSharding::kZero0;
-            c.schedule = vpp > 1 ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB;
-            out.push_back(c);
-            if (recipe_.adaptive_recompute && pp == 1 && dp > 1) {
-              // Without a pipeline, ZeRO-3's sharded parameters may buy the memory to recompute less.
-              ParallelConfig z = c;
-              z.sharding = StateSharding::kZero3;
-              out.push_back(z);
-            }
-            if (recipe_.zero_bubble && vpp == 1 && pp > 1) {
-              c.schedule = PipelineKind::kZeroBubbleH1;
-              out.push_back(c);
-            }
+            add_variants(c, out);
           }
         }
       }
@@ -340,10 +331,71 @@ class Planner {
     return out;
   }
 
+  // Transformer blocks the stages share: the LLM's when the encoders sit in the first stage, else all of them.
+  int64_t spread_blocks() const {
+    return recipe_.partition == PartitionMethod::kMegatronEven ? llm_blocks_ : all_blocks_;
+  }
+
+  // What a recipe runs DP × TP × PP × VPP at a micro-batch size as: sequence parallelism with TP, the
+  // distributed optimizer with DP, 1F1B (interleaved with model chunks); also ZB-H1 for zero-bubble recipes,
+  // and, without a pipeline, ZeRO-3, whose sharded parameters may buy adaptive recomputation the memory to
+  // recompute less.
+  void add_variants(ParallelConfig c, std::vector<ParallelConfig>& out) const {
+    c.encoder_tp = encoder_tp_for(c.tp);
+    c.sequence_parallel = c.tp > 1;
+    c.sharding = c.dp > 1 ? StateSharding::kMegatronDistributedOptimizer : StateSharding::kZero0;
+    c.schedule = c.vpp > 1 ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB;
+    out.push_back(c);
+    if (recipe_.adaptive_recompute && c.pp == 1 && c.dp > 1) {
+      ParallelConfig z = c;
+      z.sharding = StateSharding::kZero3;
+      out.push_back(z);
+    }
+    if (recipe_.zero_bubble && c.vpp == 1 && c.pp > 1) {
+      c.schedule = PipelineKind::kZeroBubbleH1;
+      out.push_back(c);
+    }
+  }
+
+  // A configuration given instead of searched (`option` names where it came from) must suit the devices, the
+  // batch and the model.
+  void check_pinned(const ParallelConfig& c, std::string_view option) const {
+    const int64_t devices = r_.cluster.devices;
+    if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.vpp < 1 || c.mbs < 1) {
+      throw InputError(fmt::format("{}: DP, TP, PP, VPP and micro-batch must be at least 1", option));
+    }
+    if (static_cast<int64_t>(c.dp) * c.tp * c.pp != devices) {
+      throw InputError(fmt::format("{} DP {} × TP {} × PP {} is not the cluster's {} devices", option, c.dp, c.tp,
+                                   c.pp, devices));
+    }
+    if (r_.gbs % (c.mbs * c.dp) != 0) {
+      throw InputError(fmt::format("{}: global batch {} is not divisible by micro-batch {} × DP {}", option, r_.gbs,
+                                   c.mbs, c.dp));
+    }
+  }
+
+  // The strategy's own configuration (PlanRequest::config) must also suit the model and the schedules.
+  void check_config(const ParallelConfig& c) const {
+    const std::string_view option = "--config";
+    check_pinned(c, option);
+    if (!llm_tp_ok(c.tp)) {
+      throw InputError(fmt::format("{}: TP {} does not divide the attention heads of the LLM of model '{}'", option,
+                                   c.tp, r_.model.name));
+    }
+    if (static_cast<int64_t>(c.pp) * c.vpp > spread_blocks()) {
+      throw InputError(fmt::format("{}: PP {} × VPP {} stages for {} transformer blocks", option, c.pp, c.vpp,
+                                   spread_blocks()));
+    }
+    if (c.vpp > 1 && (c.pp == 1 || (r_.gbs / (c.mbs * c.dp)) % c.pp != 0)) {
+      throw InputError(fmt::format("{}: VPP {} needs a pipeline and micro-batches ({}) divisible by PP {}", option,
+                                   c.vpp, r_.gbs / (c.mbs * c.dp), c.pp));
+    }
+  }
+
   int micro_batches_of(const ParallelConfig& c) const { return static_cast<int>(r_.gbs / (c.mbs * c.dp)); }
 
   void prepare_loads(const std::vector<ParallelConfig>& configs) {
-    const ModelSampleCost sample_cost(r_.model, cost_);
+    const ModelSampleCost sample_cost(r_.model, cost(), r_.dtype);
     if (sample_cost.vision_unit() != data_->vision_unit()) {
       throw InputError(fmt::format("the data counts vision in {}, but model '{}' takes {}",
                                    vision_unit_name(data_->vision_unit()), r_.model.name,
@@ -431,23 +483,26 @@ class Planner {
           w.batch = mean;
           w.sharding = sharding;
           w.trainable = comp.trainable;
+          w.dtype = r_.dtype;
           w.pass = Pass::kForward;
-          info.forward = cost_.layer_cost(w).seconds;
+          info.forward = cost().layer_cost(w).seconds;
           w.pass = Pass::kBackwardInput;
-          info.backward_input = cost_.layer_cost(w).seconds;
+          info.backward_input = cost().layer_cost(w).seconds;
           w.pass = Pass::kBackwardWeight;
-          info.backward_weight = cost_.layer_cost(w).seconds;
+          info.backward_weight = cost().layer_cost(w).seconds;
           w.pass = Pass::kRecompute;
           w.recompute = Recompute::kSelective;
-          info.recompute[1] = cost_.layer_cost(w).seconds;
+          info.recompute[1] = cost().layer_cost(w).seconds;
           w.recompute = Recompute::kFull;
-          info.recompute[2] = cost_.layer_cost(w).seconds;
+          info.recompute[2] = cost().layer_cost(w).seconds;
           const double split = sharding.sequence_parallel ? sharding.tp : 1;
-          info.boundary_bytes = 2.0 * static_cast<double>(mean.tokens) * static_cast<double>(info.spec->hidden) / split;
+          info.boundary_bytes = activation_element_bytes(r_.dtype) * static_cast<double>(mean.tokens) *
+                                static_cast<double>(info.spec->hidden) / split;
         }
         if (info.runs && largest.tokens > 0) {
           for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-            info.kept_bytes[static_cast<int>(r)] = activation_bytes(*info.spec, largest, sharding, r);
+            info.kept_bytes[static_cast<int>(r)] =
+                activation_bytes(*info.spec, largest, sharding, r, /*dropout=*/false, r_.dtype);
           }
           if (info.spec->kind == LayerKind::kLmHead) {
             info.logit_bytes = 4.0 * static_cast<double>(largest.tokens) * static_cast<double>(info.spec->vocab) / sharding.tp;
@@ -463,7 +518,7 @@ class Planner {
   std::vector<StageLayers> exact_partition(const std::vector<LayerInfo>& layers, const std::vector<Recompute>& modes,
                                            const ParallelLayout& layout, bool with_boundaries) const {
     LayerChain chain;
-    const DeviceEfficiency& eff = cost_.efficiency();
+    const DeviceEfficiency& eff = analytic_.efficiency();
     const int64_t distance = static_cast<int64_t>(layout.dp) * layout.tp;
     for (size_t i = 0; i < layers.size(); ++i) {
       chain.layer_seconds.push_back(layers[i].training(modes[i]));
@@ -565,9 +620,12 @@ class Planner {
     plan.micro_batches = micro_batches_of(c);
     plan.steps_per_epoch = loads.steps_per_epoch;
     plan.samples_per_step = loads.samples_per_step;
+    SimOptions options;
+    options.dtype = r_.dtype;
     double sum = 0;
     for (size_t k = 0; k < steps.size(); ++k) {
-      SimResult result = simulate(schedule, r_.model, r_.cluster, cost_, cost_.efficiency(), loads.steps[steps[k]]);
+      SimResult result =
+          simulate(schedule, r_.model, r_.cluster, cost(), analytic_.efficiency(), loads.steps[steps[k]], options);
       sum += result.iteration_seconds;
       if (k == 0) {
         plan.detail = std::move(result);

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "fulcrum/core/dataset.h"
+#include "fulcrum/cost/dtype.h"
+#include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/model/model_spec.h"
 #include "fulcrum/sched/schedule.h"
@@ -75,6 +77,17 @@ struct PlanRequest {
   int64_t images_per_sample = 1;
   int synthetic_steps = 8;
   uint64_t seed = 0;
+  // The number format every layer computes in (SimOptions::dtype). fp8 on devices without it is an InputError.
+  Dtype dtype = Dtype::kBf16;
+  // Measured layer times: the passes the table covers take them, scaled over the analytic model of `cluster`
+  // (ProfiledCost), in the balancer's costs, the partition and recomputation searches and every simulation.
+  std::optional<ProfileTable> profile;
+  // The strategy's own configuration instead of a search: its batches, partition and recomputation are planned
+  // on exactly this DP, TP, PP, VPP and micro-batch size (encoder TP, sequence parallelism and state sharding as
+  // the search sets them). The schedule is still chosen among what the recipe allows: 1F1B (interleaved with
+  // VPP > 1), ZB-H1 for zero-bubble recipes, and ZeRO-3 without a pipeline for adaptive recomputation. Not for
+  // zero3, whose configuration is fixed. InputError for a configuration the devices, batch or model rule out.
+  std::optional<ParallelConfig> config;
   // megatron and balanced: this configuration instead of a search (reproductions of published baselines).
   std::optional<ParallelConfig> pinned;
   // Every stage holds at least one LLM layer (what Megatron-LM's pipeline layout can express: encoders then go

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/model_presets.h"
 
@@ -81,6 +82,91 @@ TEST(MakePlan, PinnedBaselineConfiguration) {
   r.pinned = c;
   EXPECT_THAT([&] { make_plan(Strategy::kMegatron, r); },
               ::testing::ThrowsMessage<InputError>(HasSubstr("is not the cluster's 16 devices")));
+}
+
+// --config plans Fulcrum's batches, partition and recomputation on exactly the configuration given; only the
+// schedule is still chosen (1F1B or ZB-H1 here: two candidates).
+TEST(MakePlan, ConfigPinsTheStrategysOwnConfiguration) {
+  PlanRequest r = small_request();
+  const ParallelConfig c{.dp = 4, .tp = 2, .pp = 2, .vpp = 1, .mbs = 2};
+  r.config = c;
+  const TrainingPlan p = make_plan(Strategy::kFulcrum, r);
+  EXPECT_EQ(p.candidates, 2);
+  EXPECT_EQ(p.batcher, "fulcrum");
+  EXPECT_EQ(p.config.dp, 4);
+  EXPECT_EQ(p.config.tp, 2);
+  EXPECT_EQ(p.config.pp, 2);
+  EXPECT_EQ(p.config.vpp, 1);
+  EXPECT_EQ(p.config.mbs, 2);
+  EXPECT_EQ(p.micro_batches, 8);  // 64 / (2 × 4)
+  EXPECT_TRUE(p.config.schedule == PipelineKind::kOneFOneB || p.config.schedule == PipelineKind::kZeroBubbleH1);
+  EXPECT_EQ(p.schedule.layout.dp, 4);
+  EXPECT_EQ(p.schedule.stages.size(), 2u);
+
+  const auto fails = [&](ParallelConfig bad, Strategy strategy, const char* message) {
+    PlanRequest q = small_request();
+    q.config = bad;
+    EXPECT_THAT([&] { make_plan(strategy, q); }, ::testing::ThrowsMessage<InputError>(HasSubstr(message))) << message;
+  };
+  ParallelConfig bad = c;
+  bad.dp = 2;
+  fails(bad, Strategy::kFulcrum, "--config DP 2 × TP 2 × PP 2 is not the cluster's 16 devices");
+  ParallelConfig chunks = c;
+  chunks.vpp = 2;
+  chunks.mbs = 4;  // 4 micro-batches, divisible by PP 2: interleaved
+  PlanRequest interleaved = small_request();
+  interleaved.config = chunks;
+  const TrainingPlan q = make_plan(Strategy::kFulcrum, interleaved);
+  EXPECT_EQ(q.config.vpp, 2);
+  EXPECT_EQ(q.config.schedule, PipelineKind::kInterleaved);
+  bad = chunks;
+  bad.mbs = 16;  // 1 micro-batch: not divisible by PP 2
+  fails(bad, Strategy::kFulcrum, "--config: VPP 2 needs a pipeline and micro-batches (1) divisible by PP 2");
+  fails(c, Strategy::kZero3, "the zero3 strategy is pure data parallelism");
+}
+
+// A profile that measures the LLM's block forward at twice the analytic time lengthens the planned iteration on
+// the same configuration: every forward of those blocks doubles and nothing else changes, so the iteration grows,
+// by less than twice. A profile measured in bf16 does not price fp32 work: there the plan is the analytic one.
+TEST(MakePlan, AProfileDoublingTheLlmForwardLengthensThePlan) {
+  PlanRequest r = small_request();
+  r.config = ParallelConfig{.dp = 8, .tp = 1, .pp = 2, .mbs = 1};
+  const LayerSpec* block = nullptr;
+  for (const ComponentSpec& comp : r.model.components) {
+    if (comp.role != ComponentRole::kLlm) continue;
+    for (const LayerSpec& l : comp.layers) {
+      if (l.kind == LayerKind::kTransformerBlock) block = &l;
+    }
+  }
+  ASSERT_NE(block, nullptr);
+  const AnalyticCost analytic(r.cluster);
+  const int64_t t = 2048;
+  ProfileEntry entry;
+  entry.kind = LayerKind::kTransformerBlock;
+  entry.hidden = block->hidden;
+  entry.ffn = block->ffn;
+  entry.heads = block->heads;
+  entry.kv_heads = block->kv_heads;
+  entry.head_dim = block->head_dim;
+  entry.mlp = block->mlp;
+  entry.window_tokens = block->window_tokens;
+  entry.pass = Pass::kForward;
+  entry.tokens = {static_cast<double>(t)};
+  entry.seconds = {2 * analytic.layer_cost({block, Pass::kForward, {1, t, t * t}, {1, false}}).seconds};
+  const double analytic_seconds = make_plan(Strategy::kFulcrum, r).iteration_seconds;
+  PlanRequest profiled = r;
+  profiled.profile = ProfileTable{"a100", {entry}};
+  const double profiled_seconds = make_plan(Strategy::kFulcrum, profiled).iteration_seconds;
+  EXPECT_GT(profiled_seconds, 1.05 * analytic_seconds);
+  EXPECT_LT(profiled_seconds, 2 * analytic_seconds);
+
+  r.dtype = profiled.dtype = Dtype::kFp32;
+  EXPECT_EQ(make_plan(Strategy::kFulcrum, profiled).iteration_seconds,
+            make_plan(Strategy::kFulcrum, r).iteration_seconds);
+  // fp8 on A100s, which have no fp8 tensor cores, is refused before any search.
+  r.dtype = Dtype::kFp8;
+  EXPECT_THAT([&] { make_plan(Strategy::kFulcrum, r); },
+              ::testing::ThrowsMessage<InputError>(HasSubstr("dtype fp8 needs fp8 tensor cores")));
 }
 
 TEST(MakePlan, ImpossibleRequestsSayWhy) {

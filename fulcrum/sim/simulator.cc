@@ -78,8 +78,7 @@ double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int ra
 
 namespace {
 
-constexpr double kActivationBytes = 2;  // 16-bit activations between stages
-constexpr double kLogitBytes = 4;       // fp32 logits kept for the loss
+constexpr double kLogitBytes = 4;  // fp32 logits kept for the loss
 // Adam over fp32 state, per parameter of the shard: read master weight, gradient, momentum and variance (16
 // bytes), write master, momentum, variance (12) and the 16-bit weight (2).
 constexpr double kOptimizerBytesPerParameter = 30;
@@ -297,13 +296,15 @@ class Simulator {
         info.boundary_component = c;
         info.boundary_width = spec.hidden;
       }
+      // Gathered parameters and reduced gradients in the training dtype (fp8 keeps 16-bit weights and gradients).
+      const double element = activation_element_bytes(options_.dtype);
       for (const auto& [c, params] : params_by_component) {
         const ComponentSpec& comp = model_.components[c];
         const int64_t per_device = params / sharding(c).tp;
-        info.parameter_bytes += 2.0 * static_cast<double>(per_device);
+        info.parameter_bytes += element * static_cast<double>(per_device);
         if (comp.trainable) {
           const double gradient_element =
-              l.state_sharding == StateSharding::kMegatronDistributedOptimizer ? 4 : 2;
+              l.state_sharding == StateSharding::kMegatronDistributedOptimizer ? 4 : element;
           info.gradient_bytes += gradient_element * static_cast<double>(per_device);
           const bool sharded = l.state_sharding != StateSharding::kZero0;
           const double shard = sharded ? static_cast<double>(per_device) / l.dp : static_cast<double>(per_device);
@@ -358,6 +359,7 @@ class Simulator {
       w.batch = batch;
       w.sharding = sharding(lc.component);
       w.trainable = comp.trainable;
+      w.dtype = options_.dtype;
       w.pass = Pass::kForward;
       cc.forward = pass_seconds(w);
       w.pass = Pass::kBackwardInput;
@@ -371,8 +373,9 @@ class Simulator {
       cc.recompute_full = pass_seconds(w);
       for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
         const int i = static_cast<int>(r);
-        cc.activation_bytes[i] = activation_bytes(*lc.layer, batch, w.sharding, r, options_.dropout);
-        cc.weight_input_bytes[i] = std::min(cc.activation_bytes[i], matmul_input_bytes(*lc.layer, batch, w.sharding));
+        cc.activation_bytes[i] = activation_bytes(*lc.layer, batch, w.sharding, r, options_.dropout, options_.dtype);
+        cc.weight_input_bytes[i] =
+            std::min(cc.activation_bytes[i], weight_gradient_input_bytes(*lc.layer, batch, w.sharding));
         cc.recompute_flops[i] = r == Recompute::kNone ? 0 : layer_flops(*lc.layer, Pass::kRecompute, batch, comp.trainable, r).total();
       }
       if (lc.layer->kind == LayerKind::kLmHead) {
@@ -429,15 +432,16 @@ class Simulator {
     return bytes;
   }
 
-  // The inputs of a transformer block's matmuls (QKV, output projection, the MLP's two), in 16-bit, on one
-  // device: what its weight gradient reads.
-  static double matmul_input_bytes(const LayerSpec& l, const TokenBatch& batch, const TensorSharding& sharding) {
+  // The inputs of a transformer block's matmuls (QKV, output projection, the MLP's two), in the dtype's matmul
+  // input size, on one device: what its weight gradient reads.
+  double weight_gradient_input_bytes(const LayerSpec& l, const TokenBatch& batch,
+                                     const TensorSharding& sharding) const {
     if (l.kind != LayerKind::kTransformerBlock) return 0;
     const double t = static_cast<double>(batch.tokens), tp = std::max(1, sharding.tp);
     const double outside = sharding.sequence_parallel ? tp : 1;
     const double h = static_cast<double>(l.hidden), q = static_cast<double>(l.heads * l.head_dim);
     const double f = static_cast<double>(l.ffn);
-    return 2 * t * (2 * h / outside + (q + f) / tp);
+    return matmul_input_bytes(options_.dtype) * t * (2 * h / outside + (q + f) / tp);
   }
 
   void count_flops(int stage, int replica, int micro_batch) {
@@ -458,7 +462,8 @@ class Simulator {
     const TokenBatch b = batch_for(info.boundary_component, load(replica, micro_batch));
     const TensorSharding sh = sharding(info.boundary_component);
     const double split = sh.sequence_parallel ? sh.tp : 1;
-    return kActivationBytes * static_cast<double>(b.tokens) * static_cast<double>(info.boundary_width) / split;
+    return activation_element_bytes(options_.dtype) * static_cast<double>(b.tokens) *
+           static_cast<double>(info.boundary_width) / split;
   }
 
   double collective_duration(const Instruction& in) const {
@@ -545,10 +550,12 @@ class Simulator {
           const double seconds = p2p_seconds(bytes, cluster_, eff_, distance);
           double start, end;
           if (shares_compute()) {
+            // On the compute cores: it starts when they are free and takes them for slowdown × its seconds.
             start = dev.compute_free;
             end = start + seconds;
-            dev.time.pp_other += seconds;
-            dev.compute_free = end;
+            const double lost = cluster_.device.communication_compute_slowdown * seconds;
+            dev.time.pp_other += lost;
+            dev.compute_free = start + lost;
           } else {
             start = std::max(dev.p2p_free, dev.compute_free);
             end = start + seconds;
@@ -570,15 +577,17 @@ class Simulator {
             if (++c.arrived == replicas_) resolve(rank, k, in, work);
           }
           if (shares_compute()) {
-            // The collective runs on the compute cores: the program waits for it.
+            // The collective runs on the compute cores: the program waits for every replica to reach it, then
+            // loses slowdown × its seconds of compute (a gather's result is still waited for before use).
             if (!c.resolved) {
               dev.waiting = true;
               return;
             }
             const double start = std::max(dev.compute_free, c.end - collective_duration(in));
             account_gap(dev, start, true, false);
-            dev.time.dp_comm += c.end - start;
-            dev.compute_free = c.end;
+            const double lost = cluster_.device.communication_compute_slowdown * (c.end - start);
+            dev.time.dp_comm += lost;
+            dev.compute_free = start + lost;
           }
           break;
         }
@@ -642,6 +651,7 @@ class Simulator {
           w.sharding = sharding(c);
           w.trainable = model_.components[c].trainable;
           w.recompute = s_.recompute[in.layer];
+          w.dtype = options_.dtype;
           const LayerCost lc = cost_.layer_cost(w);
           PassSeconds p;
           const int end_kernel = std::min<int>(in.kernel_end, static_cast<int>(lc.kernels.size()));

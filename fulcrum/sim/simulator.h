@@ -40,6 +40,11 @@ struct SimOptions {
   bool timeline = false;
   // Dropout masks in the activation memory (models trained without dropout, as most LLMs now are, keep none).
   bool dropout = false;
+  // The number format every layer computes in (dtype.h): the LayerWork the cost model prices, the activation
+  // bytes kept and sent between stages, and the element size of gradients and gathered parameters (4 bytes in
+  // fp32, else 2). Parameters and optimizer state are counted as mixed-precision Adam in every dtype (16 bytes a
+  // trained parameter, as pure fp32 Adam also takes).
+  Dtype dtype = Dtype::kBf16;
 };
 
 // Where a device's iteration went, in seconds. compute (kernels and the optimizer step) is the device's busy
@@ -114,7 +119,8 @@ struct SimResult {
 // Executes `schedule` (validated) for one training iteration on `cluster`, with layer times from `cost` and the
 // micro-batches of `loads`. Every device has a compute stream and two communication streams (point-to-point,
 // and data-parallel collectives), which overlap compute except on devices whose communication shares the
-// compute cores (the cpu kind), where they run on the compute stream. Layer collectives (tensor and context
+// compute cores (the cpu kind), where they take the compute stream for communication_compute_slowdown × their
+// seconds (all of them by default; cluster_spec.h). Layer collectives (tensor and context
 // parallel) come from the cost model's kernels and block compute. Sends never block; receives wait for their
 // data; a data-parallel collective starts when every replica has reached it. After the last backward, every
 // device waits for the gradients of the whole model (the global gradient norm) and runs its optimizer step:

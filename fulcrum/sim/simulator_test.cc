@@ -117,6 +117,70 @@ TEST(Simulate, GradientAllReduceTakesTheRingTime) {
   EXPECT_NEAR(r.critical.dp_comm, ring, 1e-12);
 }
 
+// The simulation's dtype reaches every layer pass it prices and the bytes it moves. On a cost model where fp32
+// work takes twice the bf16 time, 1F1B's (m + p − 1)(f + b) doubles; fp32 gradients (4 bytes, not 2) double the
+// ring all-reduce's bandwidth term and leave its latency term alone.
+TEST(Simulate, PricesEveryPassAndGradientInTheGivenDtype) {
+  class SlowerInFp32 : public CostModel {
+   public:
+    LayerCost layer_cost(const LayerWork& w) const override {
+      LayerCost c = PerTokenCost(1, 2, 0).layer_cost(w);
+      if (w.dtype == Dtype::kFp32) c.seconds *= 2;
+      return c;
+    }
+  };
+  const int pp = 2, m = 4;
+  const Schedule s = test_schedule(PipelineKind::kOneFOneB, pp, 1, m, pp);
+  validate(s);
+  SimOptions fp32;
+  fp32.dtype = Dtype::kFp32;
+  const auto iteration = [&](const SimOptions& options) {
+    return simulate(s, blocks_only_model(pp), instant_cluster(pp), SlowerInFp32(), instant_efficiency(),
+                    uniform_loads(m, 1, 1, 0), options)
+        .iteration_seconds;
+  };
+  EXPECT_NEAR(iteration({}), (m + pp - 1) * 3.0, 1e-9);
+  EXPECT_NEAR(iteration(fp32), 2 * (m + pp - 1) * 3.0, 1e-9);
+
+  const int dp = 4, layers = 2;
+  const Schedule ddp = test_schedule(PipelineKind::kOneFOneB, 1, 1, 1, layers, dp, StateSharding::kZero0);
+  ClusterSpec cluster = instant_cluster(dp);
+  cluster.device.devices_per_node = 1;
+  cluster.device.inter_node_bytes_per_second = 1e6;
+  DeviceEfficiency eff = instant_efficiency();
+  eff.collective_latency_seconds = 1e-5;
+  const ModelSpec model = blocks_only_model(layers);
+  const double bytes = 4.0 * static_cast<double>(model.parameters());
+  const SimResult r = simulate(ddp, model, cluster, PerTokenCost(0, 0, 0), eff, uniform_loads(1, 1, 1, 0), fp32);
+  EXPECT_NEAR(r.iteration_seconds, 2.0 * (dp - 1) / dp * bytes / 1e6 + 2.0 * (dp - 1) * 1e-5, 1e-12);
+}
+
+// On cores shared with communication, a pipeline send costs its device communication_compute_slowdown × its
+// seconds of compute. 1F1B over 2 stages and 2 micro-batches, f = 1, b = 2, transfers of p: the critical path is
+// stage 0's F0, the transfer, stage 1's F0 and B0, its send of gradient 0 (s·p on its cores before it can run
+// F1), F1, B1, the transfer back and stage 0's B1: (m + pp − 1)(f + b) + 2p + s·p. Overlapping devices pay
+// nothing for the send, as s = 0 does.
+TEST(Simulate, SharedCoresLoseTheSlowdownTimesEachTransfer) {
+  const int pp = 2, m = 2;
+  const double p = 0.25;
+  const Schedule s = test_schedule(PipelineKind::kOneFOneB, pp, 1, m, pp);
+  validate(s);
+  DeviceEfficiency eff = instant_efficiency();
+  eff.collective_latency_seconds = p;  // every transfer: the latency, its bytes free
+  const auto iteration = [&](const ClusterSpec& cluster) {
+    return simulate(s, blocks_only_model(pp), cluster, PerTokenCost(1, 2, 0), eff, uniform_loads(m, 1, 1, 0))
+        .iteration_seconds;
+  };
+  const ClusterSpec overlapping = instant_cluster(pp);
+  EXPECT_NEAR(iteration(overlapping), (m + pp - 1) * 3.0 + 2 * p, 1e-9);
+  for (double slowdown : {0.0, 0.5, 1.0, 2.0}) {
+    ClusterSpec shared = instant_cluster(pp);
+    shared.device.communication_shares_compute = true;
+    shared.device.communication_compute_slowdown = slowdown;
+    EXPECT_NEAR(iteration(shared), (m + pp - 1) * 3.0 + 2 * p + slowdown * p, 1e-9) << "slowdown " << slowdown;
+  }
+}
+
 // ZeRO-3 gathers a stage's parameters layer by layer before each pass and overlaps the gather with compute:
 // on slow links the iteration is the forward gather, the backward gather (prefetched while the forward runs)
 // and the gradient reduce-scatter one after another, plus the backward's last layer between the last two.

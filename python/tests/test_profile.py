@@ -121,8 +121,10 @@ def test_nccl_tests_output_fits_latency_and_bandwidth():
 def test_the_cpu_cluster_reproduces_the_measured_all_reduce(tmp_path):
     fit = fp.fit_alpha_beta("all_reduce", 2, [1e6, 4e6], [1e-3 + 1e6 / 2e9, 1e-3 + 4e6 / 2e9])
     assert fit.bytes_per_second == pytest.approx(2e9) and fit.latency_seconds == pytest.approx(1e-3)
-    cluster = fp.cpu_cluster(2, fit, flops_per_second=5e10)
+    cluster = fp.cpu_cluster(2, fit, fp32_flops_per_second=5e10, compute_slowdown=0.7)
     # Under the simulator's link model a 2-rank ring moves S / (rate / 2 × 0.5): S / 2e9 again.
     rate = cluster["device"]["intra_node_bytes_per_second"]
     assert 1e6 / (rate / 2 * fp.comm.CPU_LINK_EFFICIENCY) == pytest.approx(1e6 / 2e9)
-    assert cluster["preset"] == "cpu:2" and cluster["device"]["bf16_flops_per_second"] == 5e10
+    # fp32 runs at half the bf16 rate in the simulator: the measured fp32 rate is written doubled.
+    assert cluster["preset"] == "cpu:2" and cluster["device"]["bf16_flops_per_second"] == 1e11
+    assert cluster["device"]["communication_compute_slowdown"] == 0.7

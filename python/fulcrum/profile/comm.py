@@ -91,16 +91,18 @@ def parse_nccl_tests(text: str, where: str = "nccl-tests output", op: Optional[s
     return fit_alpha_beta(op, ranks, sizes, times)
 
 
-def cpu_cluster(devices: int, all_reduce: CollectiveFit, *, flops_per_second: Optional[float] = None,
+def cpu_cluster(devices: int, all_reduce: CollectiveFit, *, fp32_flops_per_second: Optional[float] = None,
                 compute_slowdown: Optional[float] = None) -> dict:
     """A cluster JSON for the simulator (``fulcrum simulate --cluster file.json``): ``devices`` of the cpu kind
-    whose link rate reproduces the measured all-reduce bandwidth under the simulator's link model, optionally a
-    measured matmul rate and how much communication slows compute on shared cores."""
+    whose link rate reproduces the measured all-reduce bandwidth under the simulator's link model; optionally a
+    measured fp32 matmul rate (the simulator runs fp32 at half the device's bf16 rate, so twice it is written)
+    and ``compute_slowdown``: the compute time communication costs on shared cores, per second of
+    communication ((compute time beside a collective − compute time alone) / the collective's time alone)."""
     # A two-rank ring all-reduce moves S/B per rank: B = the fit's algorithm bandwidth × 2(n − 1)/n.
     per_direction = all_reduce.bus_bytes_per_second()
     device = {"intra_node_bytes_per_second": 2 * per_direction / CPU_LINK_EFFICIENCY}
-    if flops_per_second:
-        device["bf16_flops_per_second"] = flops_per_second
+    if fp32_flops_per_second:
+        device["bf16_flops_per_second"] = 2 * fp32_flops_per_second
     if compute_slowdown is not None:
         device["communication_compute_slowdown"] = compute_slowdown
     return {"fulcrum": 1, "preset": f"cpu:{devices}", "device": device}

@@ -1,0 +1,75 @@
+#include "cli/cost_inputs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+ClusterSpec load_cluster(const std::string& preset_or_file) {
+  if (!preset_or_file.ends_with(".json") && !std::filesystem::is_regular_file(preset_or_file)) {
+    return cluster_preset(preset_or_file);
+  }
+  return cluster_from_json(read_text_file(preset_or_file), preset_or_file);
+}
+
+ProfileTable load_profile(const std::string& path) { return parse_profile_table(read_text_file(path), path); }
+
+Dtype training_dtype(const std::string& name, const ClusterSpec& cluster) {
+  const Dtype dtype = parse_dtype(name);
+  matmul_peak_flops_per_second(cluster.device, dtype);  // throws for fp8 on devices without it
+  return dtype;
+}
+
+int profile_entries_applied(const ProfileTable& table, const ModelSpec& model, const ParallelLayout& layout,
+                            const std::vector<Recompute>& recompute, Dtype dtype) {
+  std::vector<bool> applied(table.entries.size(), false);
+  size_t flat = 0;
+  for (const ComponentSpec& c : model.components) {
+    TensorSharding sharding;
+    sharding.tp = layout.component_tp(c.role != ComponentRole::kLlm);
+    sharding.sequence_parallel = layout.sequence_parallel && sharding.tp > 1;
+    const size_t used = c.layers.size() - static_cast<size_t>(c.unused_final_layers);
+    for (size_t i = 0; i < c.layers.size(); ++i, ++flat) {
+      if (i >= used) continue;
+      LayerWork work;
+      work.layer = &c.layers[i];
+      work.sharding = sharding;
+      work.trainable = c.trainable;
+      work.dtype = dtype;
+      work.recompute = flat < recompute.size() ? recompute[flat] : Recompute::kNone;
+      for (Pass pass : {Pass::kForward, Pass::kBackwardInput, Pass::kBackwardWeight, Pass::kRecompute}) {
+        if ((pass == Pass::kBackwardWeight && !c.trainable) ||
+            (pass == Pass::kRecompute && work.recompute == Recompute::kNone)) {
+          continue;
+        }
+        work.pass = pass;
+        const int entry = table.entry_for(work);
+        if (entry >= 0) applied[static_cast<size_t>(entry)] = true;
+      }
+    }
+  }
+  return static_cast<int>(std::count(applied.begin(), applied.end(), true));
+}
+
+std::string profile_unused_warning(const std::string& path, const ProfileTable& table, int applied, Dtype dtype) {
+  if (applied > 0 || table.entries.empty()) return {};
+  return fmt::format("fulcrum: warning: {}: none of its {} entries matches a layer pass of this run (layer shape, "
+                     "tensor parallelism, sequence parallelism, dtype {}); every time is the analytic model's\n",
+                     path, table.entries.size(), dtype_name(dtype));
+}
+
+}  // namespace fulcrum

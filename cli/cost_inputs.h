@@ -1,0 +1,44 @@
+#ifndef FULCRUM_CLI_COST_INPUTS_H_
+#define FULCRUM_CLI_COST_INPUTS_H_
+
+#include <string>
+#include <vector>
+
+#include "fulcrum/cost/dtype.h"
+#include "fulcrum/cost/profiled_cost.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/model/model_spec.h"
+#include "fulcrum/sched/schedule.h"
+
+namespace fulcrum {
+
+// What sets the cost of training, read the same way by every command: the devices (--cluster), the number
+// format (--dtype) and measured layer times (--profile). Each throws InputError naming the file and, for a
+// profile, the entry.
+
+// The whole file. Throws InputError when it cannot be opened.
+std::string read_text_file(const std::string& path);
+
+// A preset ("h100:3072", "cpu:2") or a cluster JSON file (cluster_from_json): a name ending in ".json" or naming
+// an existing file is a file.
+ClusterSpec load_cluster(const std::string& preset_or_file);
+
+// A profile table (parse_profile_table).
+ProfileTable load_profile(const std::string& path);
+
+// The dtype named by --dtype, which the cluster's devices must run (fp8 needs fp8 tensor cores).
+Dtype training_dtype(const std::string& name, const ClusterSpec& cluster);
+
+// How many of the table's entries price at least one layer pass of `model` trained under `layout` with
+// per-layer `recompute` (flattened layers; empty: none) in `dtype`: the ones ProfiledCost uses. Token counts
+// do not matter, every entry covers all of them.
+int profile_entries_applied(const ProfileTable& table, const ModelSpec& model, const ParallelLayout& layout,
+                            const std::vector<Recompute>& recompute, Dtype dtype);
+
+// A line for stderr when a profile prices nothing in this run, so a table for another shape, degree or dtype
+// does not go unnoticed; empty when some entry applies (or the table is empty).
+std::string profile_unused_warning(const std::string& path, const ProfileTable& table, int applied, Dtype dtype);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_CLI_COST_INPUTS_H_
