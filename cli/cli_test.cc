@@ -447,6 +447,12 @@ TEST_F(Cli, PlanFindsAFasterPlanThanTheBaselinesAndWritesIt) {
                                      "--load-schedule {}", p["mbs"].get<int>(), (dir_ / "schedule.json").string()));
   ASSERT_EQ(sim.status, 0) << sim.err;
   EXPECT_EQ(nlohmann::json::parse(sim.out)["plan"]["pp"], p["pp"]);
+  // The plan file itself loads as the schedule it holds, to the same iteration.
+  const Result from_plan = run(fmt::format("simulate --model vit-3b+gpt-11b --cluster a100:16 --gbs 64 --mbs {} "
+                                           "--json --load-schedule {}", p["mbs"].get<int>(), out));
+  ASSERT_EQ(from_plan.status, 0) << from_plan.err;
+  EXPECT_EQ(nlohmann::json::parse(from_plan.out)["iteration_seconds"],
+            nlohmann::json::parse(sim.out)["iteration_seconds"]);
   // Megatron-LM's arguments: Fulcrum's plan, with every stage holding LLM layers so the layout can say it.
   const Result megatron = run("plan --model vit-3b+gpt-11b --cluster a100:16 --gbs 64 --data "
                               "data/internvl_sft_1.2M.json --no-baselines --quiet --megatron-layout --export megatron");

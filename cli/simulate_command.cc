@@ -13,6 +13,7 @@
 #include "cli/cost_inputs.h"
 #include "cli/output_file.h"
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/json_document.h"
 #include "fulcrum/core/progress.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/model_sample_cost.h"
@@ -132,6 +133,16 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
   return out;
 }
 
+// A schedule file's text, or the schedule a plan file (`fulcrum plan --out`) holds.
+std::string schedule_text(const std::string& text, const std::string& file) {
+  const Json doc = parse_json_document(text, file);
+  if (doc.is_object() && doc.value("kind", "") == "plan") {
+    if (!doc.contains("schedule")) throw InputError(fmt::format("{}: a plan without a schedule", file));
+    return doc["schedule"].dump();
+  }
+  return text;
+}
+
 void run_simulate(const SimulateOptions& o) {
   const auto start = Clock::now();
   ModelSpec model = load_model(o.model);
@@ -159,7 +170,7 @@ void run_simulate(const SimulateOptions& o) {
   // The plan: generated from the options, or a schedule file written by a planner (or --save-schedule).
   Schedule schedule;
   if (!o.load_schedule.empty()) {
-    schedule = schedule_from_json(read_text_file(o.load_schedule), o.load_schedule);
+    schedule = schedule_from_json(schedule_text(read_text_file(o.load_schedule), o.load_schedule), o.load_schedule);
     validate(schedule, o.load_schedule);
   }
   const ParallelLayout* given = o.load_schedule.empty() ? nullptr : &schedule.layout;

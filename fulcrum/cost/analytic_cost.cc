@@ -9,11 +9,21 @@
 
 namespace fulcrum {
 
-DeviceEfficiency efficiency_for(const DeviceSpec& device) {
-  if (device.kind == "a100" || device.kind == "a800") return {0.75, 0.60, 0.85, 0.75, 10e-6};
-  if (device.kind == "h100" || device.kind == "h200") return {0.55, 0.50, 0.80, 0.75, 10e-6};
-  if (device.kind == "cpu") return {0.50, 0.33, 0.60, 0.50, 50e-6};
+namespace {
+
+DeviceEfficiency kind_efficiency(const std::string& kind) {
+  if (kind == "a100" || kind == "a800") return {0.75, 0.60, 0.85, 0.75, 10e-6};
+  if (kind == "h100" || kind == "h200") return {0.55, 0.50, 0.80, 0.75, 10e-6};
+  if (kind == "cpu") return {0.50, 0.33, 0.60, 0.50, 50e-6};
   return {};
+}
+
+}  // namespace
+
+DeviceEfficiency efficiency_for(const DeviceSpec& device) {
+  DeviceEfficiency e = kind_efficiency(device.kind);
+  if (device.collective_latency_seconds > 0) e.collective_latency_seconds = device.collective_latency_seconds;
+  return e;
 }
 
 AnalyticCost::AnalyticCost(ClusterSpec cluster) : AnalyticCost(cluster, efficiency_for(cluster.device)) {}

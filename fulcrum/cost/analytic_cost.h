@@ -22,6 +22,7 @@ struct DeviceEfficiency {
 // Hopper-tuned); this one set reproduces Megatron-LM's published ViT-22B + GPT-175B times on 1,536–3,072 H100s
 // within 14% (BENCHMARKS.md, "Simulator calibration"). NCCL ~75% of NVLink and the network; HBM 80–85%.
 // cpu: half of the FMA peak for GEMMs, a third for attention, 60% of memory bandwidth, slow loopback collectives.
+// A device's own collective_latency_seconds (a cluster file's measured fit) replaces its kind's latency.
 DeviceEfficiency efficiency_for(const DeviceSpec& device);
 
 // Time of layer work from a roofline: every compute kernel takes max(FLOPs / (peak × efficiency), bytes /

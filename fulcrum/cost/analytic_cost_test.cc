@@ -122,6 +122,12 @@ TEST(AnalyticCost, EfficiencyIsOneDocumentedSetPerDeviceKind) {
   EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("a800").device).matmul, 0.75);
   EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("h100").device).matmul, 0.55);  // the calibrated set
   EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("h200").device).attention, 0.50);
+  // A measured latency (a cluster file's collective_latency_seconds) replaces the kind's; nothing else moves.
+  DeviceSpec cpu = cluster_preset("cpu").device;
+  EXPECT_DOUBLE_EQ(efficiency_for(cpu).collective_latency_seconds, 50e-6);
+  cpu.collective_latency_seconds = 3e-4;
+  EXPECT_DOUBLE_EQ(efficiency_for(cpu).collective_latency_seconds, 3e-4);
+  EXPECT_DOUBLE_EQ(efficiency_for(cpu).link, 0.50);
   // A GPT-3 layer's forward on one A100 at tp 1 takes its FLOPs over 75% of 312 TFLOP/s, give or take the
   // attention and elementwise kernels: between 25 and 40 ms.
   const LayerSpec block = gpt3_block();

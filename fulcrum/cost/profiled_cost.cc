@@ -111,6 +111,7 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
     entry.vocab = size_or_zero(e, "vocab", where);
     entry.in_features = size_or_zero(e, "in_features", where);
     entry.window_tokens = size_or_zero(e, "window_tokens", where);
+    entry.sequence_tokens = size_or_zero(e, "sequence_tokens", where);
     const int64_t tp = size_or_zero(e, "tp", where);
     entry.tp = tp > 0 ? static_cast<int>(std::min<int64_t>(tp, 1 << 20)) : 1;
     if (e.contains("sequence_parallel")) {
@@ -167,11 +168,13 @@ LayerCost ProfiledCost::layer_cost(const LayerWork& work) const {
   if (index < 0 || cost.seconds <= 0) return cost;
   const ProfileEntry* entry = &table_.entries[static_cast<size_t>(index)];
 
-  // measured / fallback at each profiled token count, for one sequence of that length.
+  // measured / fallback at each profiled token count, for the work as it was measured: one sequence of that
+  // length, or sequences of sequence_tokens each.
   auto ratio_at = [&](size_t i) {
-    const int64_t t = std::llround(entry->tokens[i]);
+    const int64_t t = std::max<int64_t>(1, std::llround(entry->tokens[i]));
+    const int64_t per_sequence = entry->sequence_tokens > 0 ? std::min(entry->sequence_tokens, t) : t;
     LayerWork probe = work;
-    probe.batch = {1, t, t * t};
+    probe.batch = {(t + per_sequence - 1) / per_sequence, t, t * per_sequence};
     const double modelled = fallback_.layer_cost(probe).seconds;
     return modelled > 0 ? entry->seconds[i] / modelled : 1.0;
   };

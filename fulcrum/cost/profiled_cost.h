@@ -21,7 +21,9 @@ namespace fulcrum {
 // (the default, what files without the key were measured in), fp16, fp8 or fp32. An entry applies only to
 // work in exactly its dtype: bf16 and fp16 share a tensor-core rate on GPUs, but not on CPUs (most have bf16
 // but no fp16 arithmetic), so a measurement of one says nothing reliable about the other. Entries are runs
-// without context parallelism; they do not apply to context-parallel work.
+// without context parallelism; they do not apply to context-parallel work. "sequence_tokens" (optional): the
+// measurement at t tokens ran t / sequence_tokens sequences of sequence_tokens each (an encoder's tiles); absent
+// or 0, one sequence of t.
 struct ProfileEntry {
   LayerKind kind = LayerKind::kTransformerBlock;
   int64_t hidden = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, in_features = 0;
@@ -31,6 +33,7 @@ struct ProfileEntry {
   bool sequence_parallel = false;
   Dtype dtype = Dtype::kBf16;
   Pass pass = Pass::kForward;
+  int64_t sequence_tokens = 0;  // tokens per measured sequence; 0: one sequence of each token count
   std::vector<double> tokens;   // increasing
   std::vector<double> seconds;  // measured, one per token count
 

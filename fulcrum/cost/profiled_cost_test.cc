@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "fulcrum/core/error.h"
 #include "fulcrum/model/test_layers.h"
 
@@ -51,6 +53,40 @@ TEST(ProfiledCost, ScalesTheFallbackByTheMeasuredRatioInterpolatedInTokens) {
         << dtype_name(other);
   }
   EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kForward, batch, {1, false, 2}}).seconds, 0.001);
+}
+
+// A fallback with a quadratic (attention-like) part: 1 µs per token plus 1 ns per token².
+class LinearPlusQuadratic : public CostModel {
+ public:
+  LayerCost layer_cost(const LayerWork& w) const override {
+    const double s = 1e-6 * static_cast<double>(w.batch.tokens) + 1e-9 * static_cast<double>(w.batch.tokens_squared);
+    return {s, 0, {Kernel{"all", Kernel::Kind::kCompute, 0, 0, 0, s}}};
+  }
+};
+
+// An encoder measured on whole tiles (640 tokens as 10 tiles of 64) compares its time with the modelled time of
+// those 10 sequences, not of one sequence of 640, whose attention would be ten times larger.
+TEST(ProfiledCost, SequenceTokensSetsHowTheMeasuredTokensWereSplit) {
+  const LinearPlusQuadratic fallback;
+  const LayerSpec block = tiny_gqa_swiglu_block();
+  const std::string entry = R"({"layer": "transformer", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1,
+    "head_dim": 4, "mlp": "swiglu", "pass": "forward", "tokens": [640], "seconds": [0.01])";
+  const ProfiledCost tiles(fallback, parse_profile_table(
+      R"({"fulcrum_profile": 1, "entries": [)" + entry + R"(, "sequence_tokens": 64}]})", "p.json"));
+  const ProfiledCost whole(fallback, parse_profile_table(R"({"fulcrum_profile": 1, "entries": [)" + entry + "}]}",
+                                                         "p.json"));
+  const LayerWork ten_tiles{&block, Pass::kForward, {10, 640, 640 * 64}, {1, false}};
+  // The measured work itself gets the measured time.
+  EXPECT_DOUBLE_EQ(tiles.layer_cost(ten_tiles).seconds, 0.01);
+  // Read as one sequence of 640 (modelled 0.64 + 0.4096 ms), the ratio is smaller and the same tiles cost less:
+  // 0.01 × (0.64 + 0.04096) / (0.64 + 0.4096).
+  EXPECT_NEAR(whole.layer_cost(ten_tiles).seconds, 0.01 * 0.68096 / 1.0496, 1e-12);
+  // Twenty tiles of 64 at the held ratio: twice the time.
+  EXPECT_DOUBLE_EQ(tiles.layer_cost({&block, Pass::kForward, {20, 1280, 1280 * 64}, {1, false}}).seconds, 0.02);
+  EXPECT_THAT([&] { parse_profile_table(R"({"fulcrum_profile": 1, "entries": [)" + entry +
+                                        R"(, "sequence_tokens": -1}]})", "p.json"); },
+              ::testing::ThrowsMessage<InputError>(
+                  ::testing::HasSubstr("p.json: entry 0: sequence_tokens must be a non-negative integer")));
 }
 
 // A CPU profiler measures in fp32: its entries price fp32 work only, and entries of several dtypes for the same

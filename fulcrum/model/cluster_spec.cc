@@ -126,6 +126,8 @@ void read_device(const json& d, DeviceSpec& device, const std::string& where) {
         throw InputError(fmt::format("{}: {} must be a number >= 0", where, key));
       }
       device.communication_compute_slowdown = value.get<double>();
+    } else if (key == "collective_latency_seconds") {
+      device.collective_latency_seconds = positive(d, "collective_latency_seconds", where);
     } else {
       throw InputError(fmt::format("{}: unknown key '{}'", where, key));
     }

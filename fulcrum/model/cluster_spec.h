@@ -29,6 +29,9 @@ struct DeviceSpec {
   // with a collective running beside it − compute time alone) / the collective's time alone. Tensor-parallel
   // collectives inside layers always block compute: the next kernel needs their result.
   double communication_compute_slowdown = 1.0;
+  // Per-step latency of a collective or transfer (alpha of the alpha-beta model); 0: the kind's own
+  // (analytic_cost.h). Measured by fitting collective times over message sizes (fulcrum.profile).
+  double collective_latency_seconds = 0;
 };
 
 // A training cluster: `devices` identical devices in nodes of `device.devices_per_node`, and the memory each

@@ -93,6 +93,12 @@ TEST(ClusterJson, CalibratedCpuPreset) {
                                      "cpu.json")
                        .device.communication_compute_slowdown,
                    0.3);
+  // The collective latency is the kind's own (0 here) unless a fit of measured collectives gives one.
+  EXPECT_DOUBLE_EQ(c.device.collective_latency_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(cluster_from_json(R"({"preset": "cpu:2", "device": {"collective_latency_seconds": 2e-4}})",
+                                     "cpu.json")
+                       .device.collective_latency_seconds,
+                   2e-4);
 }
 
 TEST(ClusterJson, BadInputNamesFileAndKey) {
@@ -106,6 +112,8 @@ TEST(ClusterJson, BadInputNamesFileAndKey) {
       {R"({"devices": 4, "device": {"kind": "x", "bf16_flops_per_second": 1e15}})", "c.json: device: memory_bytes is missing"},
       {R"({"device": {"kind": "x"}})", "c.json: device:"},
       {R"({"preset": "h100:8", "fulcrum": 2})", "c.json: unsupported format version 2"},
+      {R"({"preset": "cpu:2", "device": {"collective_latency_seconds": 0}})",
+       "c.json: device: collective_latency_seconds must be a positive number"},
       {R"({"preset": "cpu:2", "device": {"communication_compute_slowdown": -0.5}})",
        "c.json: device: communication_compute_slowdown must be a number >= 0"},
       {R"({"preset": "cpu:2", "device": {"communication_compute_slowdown": "half"}})",
