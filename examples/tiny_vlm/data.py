@@ -32,9 +32,14 @@ def scaled_lengths(samples: int, config: TinyVlmConfig, scale: int = 8, seed: in
                    index: Path = BUNDLED_INDEX) -> Lengths:
     """``samples`` records drawn without replacement from the bundled lengths (all three sources), scaled: tiles
     as they are, text tokens (the record's tokens less 256 per tile) divided by ``scale``, at least 2."""
+    import warnings
+
     import fulcrum
 
-    data = fulcrum.Dataset.load(str(index), root=str(REPO))
+    with warnings.catch_warnings():
+        # The bundled index names all nine files of the mix; three are bundled (data/PROVENANCE.md).
+        warnings.filterwarnings("ignore", message=".*not found; skipped")
+        data = fulcrum.Dataset.load(str(index), root=str(REPO))
     rng = np.random.default_rng(seed)
     chosen = np.sort(rng.choice(len(data), size=samples, replace=False))
     tiles = np.asarray(data.vision, dtype=np.int64)[chosen]
@@ -118,6 +123,15 @@ def pad(samples) -> dict:
     pixels = torch.cat([s["pixels"] for s in samples])
     return {"pixels": pixels, "tokens": tokens, "positions": positions, "labels": labels, "seq_lens": lens,
             "real_tiles": torch.tensor([pixels.shape[0]]), "real_tokens": torch.tensor([longest])}
+
+
+def write_lengths(path, lengths: Lengths) -> None:
+    """The samples' lengths as a Fulcrum length file (``token_num``: LLM tokens, ``vit_num``: tiles), what
+    ``fulcrum batch``, ``simulate --data`` and ``plan --data`` read."""
+    import json
+
+    records = [{"token_num": int(t), "vit_num": int(v)} for t, v in zip(lengths.tokens, lengths.tiles)]
+    Path(path).write_text(json.dumps(records) + "\n")
 
 
 def real_tokens(batch: dict) -> int:

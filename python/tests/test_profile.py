@@ -128,3 +128,5 @@ def test_the_cpu_cluster_reproduces_the_measured_all_reduce(tmp_path):
     # fp32 runs at half the bf16 rate in the simulator: the measured fp32 rate is written doubled.
     assert cluster["preset"] == "cpu:2" and cluster["device"]["bf16_flops_per_second"] == 1e11
     assert cluster["device"]["communication_compute_slowdown"] == 0.7
+    # The 1 ms fitted latency is the simulator's two ring steps of 2 ranks: 0.5 ms each.
+    assert cluster["device"]["collective_latency_seconds"] == pytest.approx(0.5e-3)

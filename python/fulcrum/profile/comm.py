@@ -16,6 +16,10 @@ from typing import Iterable, Optional, Sequence
 # The simulator's link model for the cpu kind: a group within a node gets half the quoted two-way rate, times
 # the kind's link efficiency (fulcrum/cost/analytic_cost.cc).
 CPU_LINK_EFFICIENCY = 0.5
+# And its optimizer step: Adam's bytes per parameter over the memory bandwidth times the kind's memory
+# efficiency (fulcrum/sim/simulator.cc, fulcrum/cost/analytic_cost.cc).
+OPTIMIZER_BYTES_PER_PARAMETER = 30
+CPU_MEMORY_EFFICIENCY = 0.6
 
 
 @dataclass(frozen=True)
@@ -34,12 +38,19 @@ class CollectiveFit:
 
 
 def fit_alpha_beta(op: str, ranks: int, sizes_bytes: Sequence[float], seconds: Sequence[float]) -> CollectiveFit:
-    """Least-squares ``t = a + S / B`` over (size, time) points; at least two distinct sizes."""
+    """Least-squares ``t = a + S / B`` over (size, time) points, in relative error (each point weighted by
+    1 / t²), so the small messages that fix the latency count as much as the large ones that fix the bandwidth;
+    at least two distinct sizes."""
     if len(sizes_bytes) != len(seconds) or len(set(sizes_bytes)) < 2:
         raise ValueError("fitting a collective needs times at two or more sizes")
-    mean_s, mean_t = statistics.fmean(sizes_bytes), statistics.fmean(seconds)
-    var = sum((s - mean_s) ** 2 for s in sizes_bytes)
-    slope = sum((s - mean_s) * (t - mean_t) for s, t in zip(sizes_bytes, seconds)) / var
+    if any(t <= 0 for t in seconds):
+        raise ValueError("collective times must be positive")
+    w = [1.0 / (t * t) for t in seconds]
+    total = sum(w)
+    mean_s = sum(wi * s for wi, s in zip(w, sizes_bytes)) / total
+    mean_t = sum(wi * t for wi, t in zip(w, seconds)) / total
+    var = sum(wi * (s - mean_s) ** 2 for wi, s in zip(w, sizes_bytes))
+    slope = sum(wi * (s - mean_s) * (t - mean_t) for wi, s, t in zip(w, sizes_bytes, seconds)) / var
     if slope <= 0:
         raise ValueError("collective times do not grow with size; measure larger messages")
     latency = max(0.0, mean_t - slope * mean_s)
@@ -68,6 +79,38 @@ def benchmark_all_reduce(sizes_bytes: Iterable[int] = (1 << 16, 1 << 18, 1 << 20
     return fit_alpha_beta("all_reduce", dist.get_world_size(group), sizes, times)
 
 
+def measure_compute_slowdown(compute, *, size_bytes: int = 1 << 24, repeats: int = 5, group=None) -> float:
+    """How much a collective in flight slows compute on this rank's cores: (time of ``compute()`` while an
+    all-reduce of ``size_bytes`` runs beside it − its time alone) / the all-reduce's time alone, medians of
+    ``repeats``. ``compute`` should outlast the all-reduce. Call on every rank; the ranks' mean is returned."""
+    import torch
+    import torch.distributed as dist
+
+    buffer = torch.ones(max(1, size_bytes // 4), dtype=torch.float32)
+
+    def timed(fn):
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    compute()  # warm
+    timed(lambda: dist.all_reduce(buffer, group=group))
+    alone = statistics.median(timed(compute) for _ in range(repeats))
+    comm = statistics.median(timed(lambda: dist.all_reduce(buffer, group=group)) for _ in range(repeats))
+    beside = []
+    for _ in range(repeats):
+        dist.barrier(group=group)
+        work = dist.all_reduce(buffer, group=group, async_op=True)
+        start = time.perf_counter()
+        compute()
+        beside.append(time.perf_counter() - start)
+        work.wait()
+    local = torch.tensor([max(0.0, (statistics.median(beside) - alone) / comm)], dtype=torch.float64)
+    dist.all_reduce(local, group=group)
+    return float(local.item()) / dist.get_world_size(group)
+
+
 _NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+|none)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
 _NCCL_OP = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv)_perf")
 _NCCL_RANKS = re.compile(r"^#\s+Rank\s+\d+", re.M)
@@ -92,17 +135,26 @@ def parse_nccl_tests(text: str, where: str = "nccl-tests output", op: Optional[s
 
 
 def cpu_cluster(devices: int, all_reduce: CollectiveFit, *, fp32_flops_per_second: Optional[float] = None,
-                compute_slowdown: Optional[float] = None) -> dict:
+                compute_slowdown: Optional[float] = None, optimizer_seconds: Optional[float] = None,
+                optimizer_parameters: int = 0) -> dict:
     """A cluster JSON for the simulator (``fulcrum simulate --cluster file.json``): ``devices`` of the cpu kind
     whose link rate reproduces the measured all-reduce bandwidth under the simulator's link model; optionally a
     measured fp32 matmul rate (the simulator runs fp32 at half the device's bf16 rate, so twice it is written)
     and ``compute_slowdown``: the compute time communication costs on shared cores, per second of
-    communication ((compute time beside a collective − compute time alone) / the collective's time alone)."""
+    communication ((compute time beside a collective − compute time alone) / the collective's time alone);
+    optionally the measured time of an Adam step over ``optimizer_parameters`` parameters, which sets the memory
+    bandwidth the simulator's optimizer model (30 bytes per parameter) needs to reproduce it."""
     # A two-rank ring all-reduce moves S/B per rank: B = the fit's algorithm bandwidth × 2(n − 1)/n.
     per_direction = all_reduce.bus_bytes_per_second()
     device = {"intra_node_bytes_per_second": 2 * per_direction / CPU_LINK_EFFICIENCY}
+    if all_reduce.latency_seconds > 0:
+        # A two-rank ring all-reduce takes two latency-bound steps (reduce-scatter, all-gather).
+        device["collective_latency_seconds"] = all_reduce.latency_seconds / (2 * (all_reduce.ranks - 1))
     if fp32_flops_per_second:
         device["bf16_flops_per_second"] = 2 * fp32_flops_per_second
     if compute_slowdown is not None:
         device["communication_compute_slowdown"] = compute_slowdown
+    if optimizer_seconds and optimizer_parameters:
+        device["memory_bytes_per_second"] = (
+            OPTIMIZER_BYTES_PER_PARAMETER * optimizer_parameters / optimizer_seconds / CPU_MEMORY_EFFICIENCY)
     return {"fulcrum": 1, "preset": f"cpu:{devices}", "device": device}

@@ -163,27 +163,37 @@ def table_from_measurements(model_json: Mapping[str, Any], measured: Mapping[int
 
 def profile_model(model: torch.nn.Module, model_json: Mapping[str, Any],
                   tokens: Union[Sequence[int], Mapping[str, Sequence[int]]], *, device: str = "cpu",
-                  dtype: str = "fp32", warmup: int = 2, repeats: int = 5, profiler=None) -> dict:
+                  dtype: str = "fp32", warmup: int = 2, repeats: int = 5, rounds: int = 1, profiler=None) -> dict:
     """Profiles every distinct layer shape of ``model`` at each token count and returns the profile table.
 
     ``tokens``: the token counts, for every component or per component name (``{"vision": [64, 128], ...}``).
+    With ``rounds`` > 1 the whole grid is timed that many times over and each pass takes the median of its rounds,
+    so a slow spell of a shared machine lands on one round of every entry instead of on every run of a few.
     With ``profiler`` (a running ``torch.profiler.profile``) every timed run is also a labelled range in its
     trace, which :func:`fulcrum.profile.import_kineto_trace` reads back.
     """
     layers = flattened_layers(model_json)
     if len(layers) != len(model.layers):
         raise ValueError(f"the model JSON has {len(layers)} layers but the model has {len(model.layers)}")
-    measured: dict[int, dict[int, dict[str, float]]] = {}
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    grids = {}
     for index, _ in _distinct_shapes(layers, range(len(layers))):
         spec = layers[index]
         grid = tokens.get(spec["_component"], ()) if isinstance(tokens, Mapping) else tokens
         grid = sorted({int(t) for t in grid})
         if not grid:
             raise ValueError(f"no token counts to profile component {spec['_component']!r} at")
-        measured[index] = {t: time_layer(model.layers[index], lambda: model.profile_inputs(index, t),
-                                         warmup=warmup, repeats=repeats, label=f"fulcrum/{index}/{t}",
-                                         profiler=profiler)
-                           for t in grid}
+        grids[index] = grid
+    runs: dict[int, dict[int, list[dict[str, float]]]] = {i: {t: [] for t in g} for i, g in grids.items()}
+    for _ in range(rounds):
+        for index, grid in grids.items():
+            for t in grid:
+                runs[index][t].append(time_layer(model.layers[index], lambda: model.profile_inputs(index, t),
+                                                 warmup=warmup, repeats=repeats, label=f"fulcrum/{index}/{t}",
+                                                 profiler=profiler))
+    measured = {i: {t: {p: statistics.median(r[p] for r in rs) for p in rs[0]} for t, rs in by_t.items()}
+                for i, by_t in runs.items()}
     return table_from_measurements(model_json, measured, device=device, dtype=dtype)
 
 

@@ -1,0 +1,186 @@
+"""The simulator's predicted step time beside the measured one, for every mode of run.py.
+
+    python examples/tiny_vlm/compare.py --out table.json
+
+1. Calibrates this machine on two ranks at once (both cores busy, as in training): every layer of tiny_vlm
+   timed pass by pass into a profile table, a gloo all-reduce fitted as latency + size / bandwidth, how much a
+   collective in flight slows compute, and the optimizer step; the last three make the cluster file.
+2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
+   machine does not fall on one mode alone.
+3. Simulates each mode's measured steps with the profile and the cluster file (`fulcrum simulate`: same
+   samples, batches and schedule).
+4. Prints predicted and measured step times side by side and writes
+   ``modes{<mode>{predicted_step_seconds, measured_step_seconds, measured_cv, tokens_per_second, ...}}``.
+
+The measured step time is the mean over the measured steps of each step's median over the rounds (run.timing);
+``measured_cv`` is the spread of the rounds' means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import run  # noqa: E402
+
+# Token counts the profile covers: an encoder's whole tiles (64 patch tokens each), the projector's merged
+# tokens, the LLM's sequences; they span what a micro-batch of run.py holds.
+PROFILE_TOKENS = {"vision": [64, 256, 640, 1280, 2560], "projector": [32, 128, 320, 640, 1280],
+                  "llm": [64, 128, 256, 512, 1024]}
+
+
+def calibrate_rank(out_dir: Path, rounds: int) -> None:
+    """One of the two calibrating ranks: both profile (so the cores are as busy as in training), rank 0 writes."""
+    import torch
+    import torch.distributed as dist
+
+    import fulcrum.profile as fp
+    from model import TinyVlm, TinyVlmConfig
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = TinyVlm(TinyVlmConfig())
+    model_json = model.fulcrum_model()
+    table = fp.profile_model(model, model_json, PROFILE_TOKENS, dtype=run.DTYPE, warmup=2, repeats=3,
+                             rounds=rounds)
+    # From a few KB (the latency) to the 12 MB of the model's gradients.
+    fit = fp.benchmark_all_reduce((1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), repeats=9)
+    a = torch.randn(256, 256)
+
+    def compute():
+        for _ in range(200):
+            torch.mm(a, a)
+
+    slowdown = fp.measure_compute_slowdown(compute, size_bytes=1 << 23, repeats=5)
+    params = list(model.parameters())
+    for q in params:
+        q.grad = torch.randn_like(q)
+    optimizer = torch.optim.AdamW(params, lr=1e-3)
+    times = []
+    for i in range(3 + 9):
+        dist.barrier()
+        start = time.perf_counter()
+        optimizer.step()
+        if i >= 3:
+            times.append(time.perf_counter() - start)
+    cluster = fp.cpu_cluster(2, fit, compute_slowdown=slowdown, optimizer_seconds=statistics.median(times),
+                             optimizer_parameters=sum(q.numel() for q in params))
+    if rank == 0:
+        fp.write_profile(out_dir / "profile.json", table)
+        (out_dir / "cluster.json").write_text(json.dumps(cluster, indent=1) + "\n")
+        (out_dir / "calibration.json").write_text(json.dumps({
+            "all_reduce": {"latency_seconds": fit.latency_seconds, "bytes_per_second": fit.bytes_per_second,
+                           "sizes_bytes": fit.sizes_bytes, "seconds": fit.seconds},
+            "communication_compute_slowdown": slowdown, "optimizer_seconds": statistics.median(times),
+            "parameters": sum(q.numel() for q in params)}, indent=1) + "\n")
+    dist.destroy_process_group()
+
+
+def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:
+    args = ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup), "--repeats", "1",
+            "--profile", str(a.workdir / "profile.json"), "--cluster", str(a.workdir / "cluster.json"),
+            "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out)]
+    if mode.startswith("dp") and a.dp_samples_per_step:
+        args += ["--samples-per-step", str(a.dp_samples_per_step)]
+    if mode.startswith("pp") and a.pp_samples_per_step:
+        args += ["--samples-per-step", str(a.pp_samples_per_step)]
+    return args
+
+
+def predicted_seconds(a, mode: str, workdir: Path) -> dict:
+    parser = run.argument_parser()
+    args = parser.parse_args(run_args(a, mode, workdir, workdir / "unused.json"))
+    run.fill_defaults(args)
+    out = subprocess.run(run.simulate_command(args, workdir), capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        sys.exit(f"compare.py: simulating {mode} failed")
+    doc = json.loads(out.stdout)
+    return {"predicted_step_seconds": doc["data"]["iteration_seconds_mean"], "simulated": doc}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out")
+    p.add_argument("--modes", default=",".join(run.MODES), help="comma-separated modes (default all)")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="rounds over the modes (default 3)")
+    p.add_argument("--dp-samples-per-step", type=int, help="run.py's --samples-per-step for the dp modes")
+    p.add_argument("--pp-samples-per-step", type=int, help="run.py's --samples-per-step for the pp modes")
+    p.add_argument("--profile-rounds", type=int, default=5, help="passes over the profile grid (default 5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", help="folder for the calibration and the runs (default: a temporary one)")
+    p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
+    p.add_argument("--calibrate-rank", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.calibrate_rank:
+        calibrate_rank(Path(a.calibrate_rank), a.profile_rounds)
+        return
+    if not a.out:
+        p.error("--out is required")
+    modes = a.modes.split(",")
+    for m in modes:
+        if m not in run.MODES:
+            p.error(f"--modes: unknown mode {m!r} (choose from {', '.join(run.MODES)})")
+    if a.steps < 1 or a.repeats < 1 or a.warmup < 0:
+        p.error("--steps and --repeats must be at least 1, --warmup at least 0")
+    a.fulcrum = run.fulcrum_cli(a.fulcrum)
+    with tempfile.TemporaryDirectory(prefix="tiny_vlm_compare_") as scratch:
+        a.workdir = Path(a.workdir or scratch).resolve()
+        a.workdir.mkdir(parents=True, exist_ok=True)
+        print("calibrating: layer profile, all-reduce, compute slowdown, optimizer step", flush=True)
+        run.start_ranks(Path(__file__).resolve(), ["--calibrate-rank", str(a.workdir),
+                                                   "--profile-rounds", str(a.profile_rounds)])
+        rounds: dict[str, list[dict]] = {m: [] for m in modes}
+        for r in range(a.repeats):
+            for m in modes:
+                out = a.workdir / f"{m}.{r}.json"
+                done = subprocess.run([sys.executable, str(HERE / "run.py"),
+                                       *run_args(a, m, a.workdir / m, out)], text=True)
+                if done.returncode != 0:
+                    sys.exit(f"compare.py: run.py --mode {m} failed")
+                rounds[m].append(json.loads(out.read_text()))
+        table = {"calibration": json.loads((a.workdir / "calibration.json").read_text()),
+                 "profile": json.loads((a.workdir / "profile.json").read_text()),
+                 "cluster": json.loads((a.workdir / "cluster.json").read_text()),
+                 "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats, "modes": {}}
+        for m in modes:
+            stats = run.timing([t for x in rounds[m] for t in x["step_seconds_by_repeat"]],
+                               rounds[m][0]["real_tokens_per_step"])
+            measured, cv = stats["step_seconds_mean"], stats["step_seconds_cv"]
+            prediction = predicted_seconds(a, m, a.workdir / m)
+            error = prediction["predicted_step_seconds"] / measured - 1
+            table["modes"][m] = {
+                "predicted_step_seconds": prediction["predicted_step_seconds"],
+                "measured_step_seconds": measured, "measured_cv": cv, "prediction_error": error,
+                "within_tolerance": abs(error) <= max(0.15, 3 * cv),
+                "measured_step_seconds_median": stats["step_seconds_median"],
+                "tokens_per_second": stats["tokens_per_second"],
+                "tokens_per_second_by_round": stats["tokens_per_second_by_repeat"],
+                "losses": rounds[m][0]["losses"], "per_rank": rounds[m][0]["per_rank"],
+                "engine": rounds[m][0]["engine"], "stages": rounds[m][0]["stages"],
+                "schedule": rounds[m][0]["schedule"], "samples_per_step": rounds[m][0]["samples_per_step"],
+                "breakdown": prediction["simulated"]["breakdown"]}
+    out = Path(a.out)
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"\n{'mode':<18} {'predicted s':>11} {'measured s':>10} {'CV':>6} {'error':>7} {'tokens/s':>9}")
+    for m, row in table["modes"].items():
+        print(f"{m:<18} {row['predicted_step_seconds']:>11.4f} {row['measured_step_seconds']:>10.4f} "
+              f"{row['measured_cv']:>6.1%} {row['prediction_error']:>+7.1%} {row['tokens_per_second']:>9.0f}"
+              f"{'' if row['within_tolerance'] else '  outside max(15%, 3 CV)'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""examples/tiny_vlm: run.py's short mode on 2 gloo processes, and compare.py's predicted-against-measured table."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("torch")
+
+EXAMPLE = REPO / "examples" / "tiny_vlm"
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", GLOO_SOCKET_IFNAME="lo")
+
+
+def run_example(script, *args, timeout=240):
+    done = subprocess.run([sys.executable, str(EXAMPLE / script), *map(str, args)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return done
+
+
+def short_run(tmp_path, mode, *extra):
+    out, work = tmp_path / f"{mode}.json", tmp_path / mode
+    run_example("run.py", "--mode", mode, "--steps", 2, "--warmup", 1, "--repeats", 1, "--workdir", work,
+                "--out", out, *extra)
+    return json.loads(out.read_text()), work
+
+
+def step_samples(work, step):
+    """Every sample id of a step of the run's batch plan, and the lengths file they index."""
+    plan = json.loads((work / "batches.json").read_text())
+    lengths = json.loads((work / "lengths.json").read_text())
+    return [i for rank in plan["steps"][step] for mb in rank for i in mb], lengths
+
+
+@pytest.mark.parametrize("mode", ["dp-random", "dp-fulcrum"])
+def test_short_data_parallel_run(tmp_path, mode):
+    result, work = short_run(tmp_path, mode)
+    assert result["mode"] == mode and result["steps"] == 2 and result["dp"] == 2 and result["engine"] == "ddp"
+    assert result["batcher"] == mode.split("-", 1)[1]
+    # Losses of the warm-up step and both measured ones, finite, from the untrained model's ~ln(vocab).
+    assert len(result["losses"]) == 3 and all(math.isfinite(x) for x in result["losses"])
+    assert abs(result["losses"][0] - math.log(512)) < 1.0
+    # Real tokens are the plan's samples' token counts over both ranks, whatever the padding computed.
+    for k in range(2):  # the epoch's two steps, measured after a warm-up step on the first
+        ids, lengths = step_samples(work, k)
+        assert result["real_tokens_per_step"][k] == sum(lengths[i]["token_num"] for i in ids)
+    seconds = result["step_seconds_by_repeat"][0]
+    assert result["tokens_per_second"] == pytest.approx(sum(result["real_tokens_per_step"]) / sum(seconds))
+    assert result["step_seconds_mean"] == pytest.approx(sum(seconds) / 2)
+    assert len(result["per_rank"]) == 2
+    for rank in result["per_rank"]:
+        assert 0 < rank["compute_seconds"] <= max(seconds) * 1.01 and rank["wait_seconds"] >= 0
+
+
+def test_short_planned_pipeline_run(tmp_path):
+    result, work = short_run(tmp_path, "pp-planned")
+    plan = json.loads((work / "schedule.json").read_text())
+    # The runtime ran the planner's stages and schedule: two stages covering the 20 layers in order.
+    assert result["pp"] == 2 and result["stages"] == plan["schedule"]["stages"]
+    assert result["stages"][0][0] == 0 and result["stages"][0][1] == result["stages"][1][0]
+    assert result["stages"][1][1] == 20
+    assert result["schedule"] == plan["plan"]["schedule"]
+    assert all(math.isfinite(x) for x in result["losses"]) and result["tokens_per_second"] > 0
+
+
+def test_megatron_pipeline_holds_the_encoder_in_the_first_stage(tmp_path):
+    result, _ = short_run(tmp_path, "pp-megatron")
+    # Encoder (patch embedding, 6 blocks, norm), projector, token embedding and half of the 8 LLM blocks first.
+    assert result["stages"] == [[0, 14], [14, 20]] and result["schedule"] == "1f1b"
+    assert result["engine"] == "torch"
+
+
+def test_compare_lays_predictions_beside_measurements(tmp_path):
+    out = tmp_path / "table.json"
+    done = run_example("compare.py", "--modes", "dp-random-packed,pp-megatron", "--steps", 2, "--warmup", 1,
+                       "--repeats", 1, "--profile-rounds", 1, "--workdir", tmp_path / "work", "--out", out,
+                       timeout=400)
+    table = json.loads(out.read_text())
+    assert set(table["modes"]) == {"dp-random-packed", "pp-megatron"}
+    assert "predicted" in done.stdout and "pp-megatron" in done.stdout
+    # The calibration wrote a profile for every layer shape and a cluster file the simulator read.
+    assert table["cluster"]["preset"] == "cpu:2" and table["profile"]["entries"]
+    for mode, row in table["modes"].items():
+        for key in ("predicted_step_seconds", "measured_step_seconds", "measured_cv", "tokens_per_second"):
+            assert row[key] >= 0, (mode, key)
+        # Two steps are too few to hold the simulator to its target, but not to being the right size.
+        assert 0.5 < row["predicted_step_seconds"] / row["measured_step_seconds"] < 2, (mode, row)
