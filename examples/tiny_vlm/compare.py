@@ -169,17 +169,31 @@ def main() -> None:
                 "measured_step_seconds_median": stats["step_seconds_median"],
                 "tokens_per_second": stats["tokens_per_second"],
                 "tokens_per_second_by_round": stats["tokens_per_second_by_repeat"],
-                "losses": rounds[m][0]["losses"], "per_rank": rounds[m][0]["per_rank"],
+                "losses": rounds[m][0]["losses"], "held_out_losses": rounds[m][0]["held_out_losses"],
+                "per_rank": rounds[m][0]["per_rank"],
                 "engine": rounds[m][0]["engine"], "stages": rounds[m][0]["stages"],
                 "schedule": rounds[m][0]["schedule"], "samples_per_step": rounds[m][0]["samples_per_step"],
                 "breakdown": prediction["simulated"]["breakdown"]}
+    table["speedups"] = speedups(table["modes"])
     out = Path(a.out)
     out.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"\n{'mode':<18} {'predicted s':>11} {'measured s':>10} {'CV':>6} {'error':>7} {'tokens/s':>9}")
+    print(f"\n{'mode':<18} {'predicted s':>11} {'measured s':>10} {'CV':>6} {'error':>7} {'tokens/s':>9} "
+          f"{'held-out loss':>13}")
     for m, row in table["modes"].items():
+        held = row["held_out_losses"]
         print(f"{m:<18} {row['predicted_step_seconds']:>11.4f} {row['measured_step_seconds']:>10.4f} "
-              f"{row['measured_cv']:>6.1%} {row['prediction_error']:>+7.1%} {row['tokens_per_second']:>9.0f}"
+              f"{row['measured_cv']:>6.1%} {row['prediction_error']:>+7.1%} {row['tokens_per_second']:>9.0f} "
+              f"{held[-1][1] if held else float('nan'):>13.3f}"
               f"{'' if row['within_tolerance'] else '  outside max(15%, 3 CV)'}")
+    for name, ratio in table["speedups"].items():
+        print(f"{name}: {ratio:.3f}x real tokens/s")
+
+
+def speedups(modes: dict) -> dict:
+    """Real tokens/s of one mode over another, for the pairs the example is about."""
+    pairs = [("dp-fulcrum", "dp-random"), ("dp-fulcrum", "dp-random-packed"), ("pp-planned", "pp-megatron")]
+    return {f"{a} / {b}": modes[a]["tokens_per_second"] / modes[b]["tokens_per_second"]
+            for a, b in pairs if a in modes and b in modes}
 
 
 if __name__ == "__main__":

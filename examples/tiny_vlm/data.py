@@ -51,8 +51,10 @@ def scaled_lengths(samples: int, config: TinyVlmConfig, scale: int = 8, seed: in
 class SyntheticVlmData(torch.utils.data.Dataset):
     """Map-style dataset: item i is {"pixels", "tokens", "labels"} for one sample, the same on every call."""
 
-    def __init__(self, lengths: Lengths, config: TinyVlmConfig, seed: int = 0):
-        self.lengths, self.config, self.seed = lengths, config, seed
+    def __init__(self, lengths: Lengths, config: TinyVlmConfig, seed: int = 0, first_index: int = 0):
+        # Items are numbered from ``first_index``: a held-out set of the same task (patterns and bigram table of
+        # ``seed``) takes numbers no training item has.
+        self.lengths, self.config, self.seed, self.first_index = lengths, config, seed, first_index
         g = torch.Generator().manual_seed(seed)
         self.patterns = torch.rand(CLASSES, 3, 1, 1, generator=g)
         # A sparse bigram table: each text token has 3 successors (the first twice as likely).
@@ -63,7 +65,7 @@ class SyntheticVlmData(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict:
         c = self.config
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(i))
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.first_index + int(i))
         tiles, text = int(self.lengths.tiles[i]), int(self.lengths.text[i])
         label = int(torch.randint(0, CLASSES, (1,), generator=g))
         pixels = self.patterns[label] + 0.3 * torch.randn(tiles, 3, c.image, c.image, generator=g)

@@ -21,7 +21,11 @@ ranks starting each step together; collating the synthetic samples is outside it
 would be. The result (``--out``) holds ``mode, steps, step_seconds_median, step_seconds_mean`` (the mean over steps of
 each step's median over the repeats), ``step_seconds_cv`` (spread of the repeats' means), ``tokens_per_second``
 (real LLM tokens, padding not counted, all ranks, over those step times), ``losses`` and
-``per_rank{compute_seconds, wait_seconds}`` (per step), warm-up steps excluded.
+``per_rank{compute_seconds, wait_seconds}`` (per step), warm-up steps excluded, and ``held_out_losses``:
+``[steps trained, loss]`` pairs, the loss per labelled token on ``--held-out`` samples of the same task that no
+mode trains on, before training, every ``--eval-every`` steps (warm-up included) and at the end (first repeat,
+outside the timed steps), so modes that see the epoch's samples in different orders compare on what they
+learned.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ MODES = {
     "pp-planned": (1, 2, "fulcrum", "caps"),
 }
 DTYPE = "fp32"  # what the CPU trains in
+HELD_OUT_FIRST_INDEX = 1 << 30  # held-out items are numbered past any training item
 
 
 def fulcrum_cli(given: str | None) -> str:
@@ -134,7 +139,8 @@ def launch(a, setup: dict) -> list[dict]:
     start_ranks(Path(__file__).resolve(), [
         "--worker", json.dumps(setup), "--mode", a.mode, "--steps", str(a.steps), "--warmup", str(a.warmup),
         "--repeats", str(a.repeats), "--samples-per-step", str(a.samples_per_step), "--micro-batches",
-        str(a.micro_batches), "--seed", str(a.seed), "--lr", str(a.lr), "--out", str(out),
+        str(a.micro_batches), "--seed", str(a.seed), "--lr", str(a.lr), "--held-out", str(a.held_out),
+        "--eval-every", str(a.eval_every), "--out", str(out),
         *(["--trace", str(Path(a.trace).resolve())] if a.trace else [])])
     return [json.loads(out.with_suffix(f".{r}.json").read_text()) for r in range(2)]
 
@@ -184,6 +190,7 @@ def summarize(a, setup: dict, ranks: list[dict]) -> dict:
         **timing(by_repeat, tokens),
         "real_tokens_per_step": tokens,
         "losses": ranks[0]["repeats"][0]["losses"],
+        "held_out_losses": ranks[0]["held_out_losses"],
         "per_rank": [{"rank": i,
                       "compute_seconds": statistics.fmean(
                           c for rep in rank["repeats"] for c in rep["compute_seconds"]),
@@ -195,6 +202,24 @@ def summarize(a, setup: dict, ranks: list[dict]) -> dict:
 
 
 # -- a rank ------------------------------------------------------------------------------------------------------
+def held_out_loss(model, owners: list[int], batches: list[dict], labelled_tokens: int) -> float | None:
+    """The loss per labelled token of the whole model on the held-out ``batches``, on global rank 0 (None on the
+    others): every layer's weights first come from the rank that trains them (``owners``)."""
+    import torch
+    import torch.distributed as dist
+
+    from model import token_loss_sum
+
+    with torch.no_grad():
+        for layer, owner in zip(model.layers, owners):
+            for p in layer.parameters():
+                dist.broadcast(p.data, src=owner)
+        if dist.get_rank() != 0:
+            return None
+        total = sum(float(token_loss_sum(model(b), b["labels"])) for b in batches)
+    return total / labelled_tokens
+
+
 def worker(a, setup: dict) -> None:
     import numpy as np
     import torch
@@ -231,19 +256,36 @@ def worker(a, setup: dict) -> None:
 
     # Every micro-batch this rank trains on, collated before the clock starts.
     batches = [[collated(g) for g in step[dp_rank]] for step in steps]
+    held_lengths = scaled_lengths(a.held_out, config, seed=a.seed + 1)
+    held_data = SyntheticVlmData(held_lengths, config, seed=a.seed, first_index=HELD_OUT_FIRST_INDEX)
+    held_batches = [pack([held_data[i]]) for i in range(a.held_out)]
+    held_tokens = int(loss_tokens(held_lengths).sum())
     step_loss_tokens = [int(sum(per_loss[i] for rank_mbs in step for g in rank_mbs for i in g)) for step in steps]
     step_real_tokens = [int(sum(lengths.tokens[i] for rank_mbs in step for g in rank_mbs for i in g))
                         for step in steps]
 
-    record = {"repeats": []}
+    record = {"repeats": [], "held_out_losses": []}
     for _ in range(a.repeats):
         model = TinyVlm(config, seed=a.seed)
         runtime = fr.Runtime(model, setup["schedule"], token_loss_sum, micro_batches=a.micro_batches)
         optimizer = torch.optim.AdamW(list(runtime.parameters()), lr=a.lr)
         record.update(engine=runtime.engine, stages=[list(s) for s in runtime.plan.stages],
                       pipeline=runtime.plan.pipeline)
+        p = runtime.plan
+        # The global rank training each layer: its stage's pipeline rank in data-parallel replica 0.
+        owners = [(s % p.pp) * dp for s, (first, end) in enumerate(p.stages) for _ in range(first, end)]
+        evaluate = not record["repeats"] and a.held_out > 0
+        held_out = []
+
+        def note_held_out(done: int) -> None:
+            loss = held_out_loss(model, owners, held_batches, held_tokens)
+            if loss is not None:
+                held_out.append([done, loss])
+
         rep = {"step_seconds": [], "compute_seconds": [], "wait_seconds": [], "losses": [], "real_tokens": []}
         for k, s in enumerate(order):
+            if evaluate and k == 0:
+                note_held_out(0)
             dist.barrier()
             start = time.perf_counter()
             result = runtime.step(batches[s], step_tokens=step_loss_tokens[s])
@@ -259,6 +301,10 @@ def worker(a, setup: dict) -> None:
                 rep["compute_seconds"].append(result.compute_seconds + end - optimizer_start)
                 rep["wait_seconds"].append(result.wait_seconds)
                 rep["real_tokens"].append(step_real_tokens[s])
+            if evaluate and ((k + 1) % a.eval_every == 0 or k + 1 == len(order)):
+                note_held_out(k + 1)
+        if evaluate:
+            record["held_out_losses"] = held_out
         record["repeats"].append(rep)
         if not np.isfinite(rep["losses"]).all():
             raise SystemExit(f"rank {rank}: the loss diverged: {rep['losses']}")
@@ -285,6 +331,9 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default="cpu:2", help="cluster preset or file for the cost model (default cpu:2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--held-out", type=int, default=32, help="held-out samples the loss is evaluated on (default "
+                                                             "32; 0: none)")
+    p.add_argument("--eval-every", type=int, default=10, help="measured steps between held-out losses (default 10)")
     p.add_argument("--workdir", help="folder for the run's inputs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
     p.add_argument("--trace", help="write the last step's timeline of both ranks as Chrome trace JSON")
@@ -308,8 +357,8 @@ def main(argv=None) -> None:
         worker(a, json.loads(a.worker))
         return
     dp = MODES[a.mode][0]
-    if a.steps < 1 or a.warmup < 0 or a.repeats < 1 or a.micro_batches < 1:
-        p.error("--steps and --repeats must be at least 1, --warmup at least 0")
+    if a.steps < 1 or a.warmup < 0 or a.repeats < 1 or a.micro_batches < 1 or a.held_out < 0 or a.eval_every < 1:
+        p.error("--steps, --repeats and --eval-every must be at least 1, --warmup and --held-out at least 0")
     if a.samples_per_step % (dp * a.micro_batches):
         p.error(f"--samples-per-step {a.samples_per_step} must divide into {dp} ranks × {a.micro_batches} "
                 "micro-batches")
@@ -325,7 +374,9 @@ def main(argv=None) -> None:
     print(f"{a.mode}: {result['step_seconds_mean'] * 1e3:.1f} ms per step (median "
           f"{result['step_seconds_median'] * 1e3:.1f}, CV {result['step_seconds_cv']:.1%} over {a.repeats} repeats), "
           f"{result['tokens_per_second']:.0f} real tokens/s, loss {result['losses'][0]:.3f} -> "
-          f"{result['losses'][-1]:.3f}")
+          f"{result['losses'][-1]:.3f}" + (f", held-out {result['held_out_losses'][0][1]:.3f} -> "
+                                           f"{result['held_out_losses'][-1][1]:.3f}"
+                                           if result["held_out_losses"] else ""))
 
 
 if __name__ == "__main__":

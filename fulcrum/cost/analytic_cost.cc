@@ -69,6 +69,7 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
   const double attention_peak = attention_peak_flops_per_second(cluster_.device, work.dtype);
   const double h = static_cast<double>(l.hidden);
   const Pass pass = work.pass;
+  if (pass == Pass::kBackward) return joined_backward(*this, work);
   const bool full_pass = pass == Pass::kForward || pass == Pass::kBackwardInput ||
                          (pass == Pass::kRecompute && work.recompute == Recompute::kFull);
   const bool weight_pass = pass == Pass::kBackwardWeight;

@@ -99,6 +99,19 @@ TEST(AnalyticCost, BackwardPassesAndRecomputation) {
   EXPECT_EQ(selective.kernels[0].name, "attention");
   EXPECT_DOUBLE_EQ(cost.layer_cost({&block, Pass::kRecompute, kOneSequence, {1, false}, true, Recompute::kFull}).flops,
                    layer_flops(block, Pass::kForward, kOneSequence).total());
+  // The whole backward is the halves one after another, in FLOPs, kernels and time; frozen, the input half.
+  for (bool trainable : {true, false}) {
+    const LayerWork whole{&block, Pass::kBackward, kOneSequence, {1, false}, trainable};
+    const LayerCost b = cost.layer_cost(whole);
+    const LayerCost in = cost.layer_cost({&block, Pass::kBackwardInput, kOneSequence, {1, false}, trainable});
+    const LayerCost w = cost.layer_cost({&block, Pass::kBackwardWeight, kOneSequence, {1, false}, trainable});
+    EXPECT_DOUBLE_EQ(b.seconds, in.seconds + w.seconds);
+    EXPECT_EQ(b.kernels.size(), in.kernels.size() + w.kernels.size());
+    EXPECT_DOUBLE_EQ(b.flops, layer_flops(block, Pass::kBackward, kOneSequence, trainable).total());
+    EXPECT_DOUBLE_EQ(b.flops, layer_flops(block, Pass::kBackwardInput, kOneSequence).total() +
+                                  layer_flops(block, Pass::kBackwardWeight, kOneSequence, trainable).total());
+  }
+  EXPECT_FALSE(cost.prices_whole_backward());
 }
 
 TEST(AnalyticCost, TensorParallelismMustDivideTheHeads) {

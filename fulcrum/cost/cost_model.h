@@ -51,7 +51,31 @@ class CostModel {
  public:
   virtual ~CostModel() = default;
   virtual LayerCost layer_cost(const LayerWork& work) const = 0;
+  // Whether a whole backward (Pass::kBackward) may cost other than its two halves; when false, callers may
+  // add the halves instead of asking.
+  virtual bool prices_whole_backward() const { return false; }
 };
+
+// The halves' kernels one after another: a whole backward that costs what its halves do.
+inline LayerCost joined_backward(const CostModel& cost, LayerWork work) {
+  work.pass = Pass::kBackwardInput;
+  LayerCost out = cost.layer_cost(work);
+  work.pass = Pass::kBackwardWeight;
+  const LayerCost weight = cost.layer_cost(work);
+  out.seconds += weight.seconds;
+  out.flops += weight.flops;
+  out.kernels.insert(out.kernels.end(), weight.kernels.begin(), weight.kernels.end());
+  return out;
+}
+
+// Seconds of a layer's whole backward as a schedule without the split runs it.
+inline double backward_seconds(const CostModel& cost, LayerWork work) {
+  if (cost.prices_whole_backward()) {
+    work.pass = Pass::kBackward;
+    return cost.layer_cost(work).seconds;
+  }
+  return joined_backward(cost, work).seconds;
+}
 
 }  // namespace fulcrum
 

@@ -57,6 +57,8 @@ LayerFlops layer_flops(const LayerSpec& layer, Pass pass, const TokenBatch& batc
       return {matmul, 2 * attention};
     case Pass::kBackwardWeight:
       return {trainable ? matmul : 0, 0};
+    case Pass::kBackward:
+      return {(trainable ? 2 : 1) * matmul, 2 * attention};
     case Pass::kRecompute:
       if (recompute == Recompute::kFull) return {matmul, attention};
       if (recompute == Recompute::kSelective) return {0, attention};

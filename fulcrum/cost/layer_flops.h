@@ -8,8 +8,10 @@
 namespace fulcrum {
 
 // The passes a layer runs in training. Backward splits into the input gradient (what the previous layer waits
-// for) and the weight gradient (which can be deferred, as zero-bubble schedules do).
-enum class Pass { kForward, kBackwardInput, kBackwardWeight, kRecompute };
+// for) and the weight gradient (which can be deferred, as zero-bubble schedules do); kBackward is both in one
+// pass, as a schedule without the split runs them. Its FLOPs are the halves' sum, but a runtime may take longer
+// for the halves apart than together (PyTorch's split backward walks the graph twice), which a profile shows.
+enum class Pass { kForward, kBackwardInput, kBackwardWeight, kRecompute, kBackward };
 
 // How much of a layer's forward is run again in the backward pass to save activation memory.
 enum class Recompute { kNone, kSelective, kFull };

@@ -13,10 +13,8 @@ double component_training_seconds(const ComponentSpec& c, const CostModel& cost,
   double seconds = 0;
   const size_t used = c.layers.size() - static_cast<size_t>(c.unused_final_layers);
   for (size_t i = 0; i < used; ++i) {
-    for (Pass pass : {Pass::kForward, Pass::kBackwardInput, Pass::kBackwardWeight}) {
-      const LayerWork work{&c.layers[i], pass, batch, {1, false}, c.trainable, Recompute::kNone, dtype};
-      seconds += cost.layer_cost(work).seconds;
-    }
+    const LayerWork work{&c.layers[i], Pass::kForward, batch, {1, false}, c.trainable, Recompute::kNone, dtype};
+    seconds += cost.layer_cost(work).seconds + backward_seconds(cost, work);
   }
   return seconds;
 }

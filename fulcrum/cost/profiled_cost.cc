@@ -50,6 +50,7 @@ Pass pass_named(const std::string& name, const std::string& where) {
   if (name == "backward_input") return Pass::kBackwardInput;
   if (name == "backward_weight") return Pass::kBackwardWeight;
   if (name == "recompute") return Pass::kRecompute;
+  if (name == "backward") return Pass::kBackward;
   throw InputError(fmt::format("{}: unknown pass '{}'", where, name));
 }
 
@@ -149,6 +150,7 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
     }
     table.entries.push_back(std::move(entry));
   }
+  for (const ProfileEntry& e : table.entries) table.has_whole_backward |= e.pass == Pass::kBackward;
   return table;
 }
 
@@ -163,8 +165,10 @@ int ProfileTable::entry_for(const LayerWork& work) const {
 }
 
 LayerCost ProfiledCost::layer_cost(const LayerWork& work) const {
-  LayerCost cost = fallback_.layer_cost(work);
   const int index = table_.entry_for(work);
+  // An unmeasured whole backward costs its halves, each priced by its own measurements.
+  if (index < 0 && work.pass == Pass::kBackward) return joined_backward(*this, work);
+  LayerCost cost = fallback_.layer_cost(work);
   if (index < 0 || cost.seconds <= 0) return cost;
   const ProfileEntry* entry = &table_.entries[static_cast<size_t>(index)];
 

@@ -16,7 +16,9 @@ namespace fulcrum {
 //     {"layer": "transformer", "hidden": 4096, "ffn": 11008, "heads": 32, "kv_heads": 32, "head_dim": 128,
 //      "mlp": "swiglu", "window_tokens": 0, "tp": 1, "sequence_parallel": false, "dtype": "bf16",
 //      "pass": "forward", "tokens": [1024, 2048, 4096], "seconds": [0.0011, 0.0021, 0.0043]}]}
-// Passes: forward, backward_input, backward_weight, recompute. Non-transformer layers give only the keys that
+// Passes: forward, backward_input, backward_weight, recompute, and backward: the input and weight gradients in
+// one pass, for a runtime whose split halves cost more together than the whole (absent, the halves' sum).
+// Non-transformer layers give only the keys that
 // shape them ("layer": "lm_head", "hidden", "vocab"). "dtype" is the number format the run computed in: bf16
 // (the default, what files without the key were measured in), fp16, fp8 or fp32. An entry applies only to
 // work in exactly its dtype: bf16 and fp16 share a tensor-core rate on GPUs, but not on CPUs (most have bf16
@@ -44,6 +46,8 @@ struct ProfileTable {
   std::string device;
   std::vector<ProfileEntry> entries;
 
+  bool has_whole_backward = false;  // some entry measured a layer's whole backward ("backward")
+
   // The first entry that matches the work (whatever its token count), or -1: the one that prices it.
   int entry_for(const LayerWork& work) const;
 };
@@ -59,6 +63,7 @@ class ProfiledCost : public CostModel {
  public:
   ProfiledCost(const CostModel& fallback, ProfileTable table);
   LayerCost layer_cost(const LayerWork& work) const override;
+  bool prices_whole_backward() const override { return table_.has_whole_backward || fallback_.prices_whole_backward(); }
 
  private:
   const CostModel& fallback_;

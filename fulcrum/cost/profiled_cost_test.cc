@@ -89,6 +89,36 @@ TEST(ProfiledCost, SequenceTokensSetsHowTheMeasuredTokensWereSplit) {
                   ::testing::HasSubstr("p.json: entry 0: sequence_tokens must be a non-negative integer")));
 }
 
+// A whole backward measured apart from its halves prices a backward that is not split; the halves still price
+// the split one, and without a measured whole the halves' measurements add up.
+TEST(ProfiledCost, AMeasuredWholeBackwardPricesTheUnsplitPassAlone) {
+  const MicrosecondPerToken fallback;
+  const std::string halves = R"({"fulcrum_profile": 1, "entries": [
+    {"layer": "transformer", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "mlp": "swiglu",
+     "pass": "backward_input", "tokens": [1000], "seconds": [0.002]},
+    {"layer": "transformer", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "mlp": "swiglu",
+     "pass": "backward_weight", "tokens": [1000], "seconds": [0.003]})";
+  const LayerSpec block = tiny_gqa_swiglu_block();
+  const LayerWork whole{&block, Pass::kBackward, {1, 2000, 4000000}, {1, false}};
+
+  const ProfiledCost split_only(fallback, parse_profile_table(halves + "]}", "p.json"));
+  EXPECT_FALSE(split_only.prices_whole_backward());
+  const LayerCost joined = split_only.layer_cost(whole);
+  EXPECT_DOUBLE_EQ(joined.seconds, 0.004 + 0.006);  // each half ×2 and ×3 over the modelled 2 ms
+  EXPECT_EQ(joined.kernels.size(), 2u);
+  EXPECT_DOUBLE_EQ(backward_seconds(split_only, whole), 0.01);
+
+  const ProfiledCost measured(fallback, parse_profile_table(halves + R"(,
+    {"layer": "transformer", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "mlp": "swiglu",
+     "pass": "backward", "tokens": [1000], "seconds": [0.004]}]})", "p.json"));
+  EXPECT_TRUE(measured.prices_whole_backward());
+  EXPECT_DOUBLE_EQ(measured.layer_cost(whole).seconds, 0.008);  // ×4 over the modelled 2 ms
+  EXPECT_DOUBLE_EQ(backward_seconds(measured, whole), 0.008);
+  LayerWork half = whole;
+  half.pass = Pass::kBackwardWeight;
+  EXPECT_DOUBLE_EQ(measured.layer_cost(half).seconds, 0.006);
+}
+
 // A CPU profiler measures in fp32: its entries price fp32 work only, and entries of several dtypes for the same
 // layer each price their own.
 TEST(ProfiledCost, AnEntryAppliesToWorkInItsOwnDtypeOnly) {

@@ -105,12 +105,12 @@ struct LayerInfo {
   int component = 0;
   const LayerSpec* spec = nullptr;
   bool runs = true;  // not among the unused final layers
-  double forward = 0, backward_input = 0, backward_weight = 0;
+  double forward = 0, backward = 0;        // backward: input and weight gradients in one pass
   double recompute[3] = {0, 0, 0};        // seconds by Recompute
   double kept_bytes[3] = {0, 0, 0};       // activation bytes for the largest micro-batch, by Recompute
   double logit_bytes = 0;                 // LM head: fp32 logits of the largest micro-batch
   double boundary_bytes = 0;              // the activation after this layer, mean micro-batch
-  double training(Recompute r) const { return forward + backward_input + backward_weight + recompute[static_cast<int>(r)]; }
+  double training(Recompute r) const { return forward + backward + recompute[static_cast<int>(r)]; }
 };
 
 class Planner {
@@ -486,10 +486,7 @@ class Planner {
           w.dtype = r_.dtype;
           w.pass = Pass::kForward;
           info.forward = cost().layer_cost(w).seconds;
-          w.pass = Pass::kBackwardInput;
-          info.backward_input = cost().layer_cost(w).seconds;
-          w.pass = Pass::kBackwardWeight;
-          info.backward_weight = cost().layer_cost(w).seconds;
+          info.backward = backward_seconds(cost(), w);
           w.pass = Pass::kRecompute;
           w.recompute = Recompute::kSelective;
           info.recompute[1] = cost().layer_cost(w).seconds;

@@ -29,6 +29,7 @@ const char* pass_name(Pass p) {
     case Pass::kBackwardInput: return "backward_input";
     case Pass::kBackwardWeight: return "backward_weight";
     case Pass::kRecompute: return "recompute";
+    case Pass::kBackward: return "backward";
   }
   return "?";
 }

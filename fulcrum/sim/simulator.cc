@@ -105,6 +105,7 @@ PassSeconds scaled(const PassSeconds& p, double k) { return {p.compute * k, p.co
 // What one layer class costs for one micro-batch.
 struct ClassCost {
   PassSeconds forward, backward_input, backward_weight, recompute_selective, recompute_full;
+  PassSeconds backward;  // input and weight gradients in one pass (B): the halves' sum unless measured
   double activation_bytes[3] = {0, 0, 0};  // by Recompute
   // Of those, what the weight gradient still needs after the input gradient: the inputs of the matmuls.
   double weight_input_bytes[3] = {0, 0, 0};
@@ -366,6 +367,13 @@ class Simulator {
       cc.backward_input = pass_seconds(w);
       w.pass = Pass::kBackwardWeight;
       cc.backward_weight = pass_seconds(w);
+      if (cost_.prices_whole_backward()) {
+        w.pass = Pass::kBackward;
+        cc.backward = pass_seconds(w);
+      } else {
+        cc.backward = cc.backward_input;
+        cc.backward += cc.backward_weight;
+      }
       w.pass = Pass::kRecompute;
       w.recompute = Recompute::kSelective;
       cc.recompute_selective = pass_seconds(w);
@@ -403,8 +411,7 @@ class Simulator {
           break;
         case OpKind::kBackward:
           out += scaled(rc, k);
-          out += scaled(cc.backward_input, k);
-          out += scaled(cc.backward_weight, k);
+          out += scaled(cc.backward, k);
           break;
         case OpKind::kBackwardInput:
           out += scaled(rc, k);

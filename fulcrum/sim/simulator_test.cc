@@ -70,6 +70,19 @@ TEST_P(ClosedForm, ZeroBubbleH1LeavesPMinusOneTimesFPlusBMinusW) {
   }
 }
 
+// A runtime whose split backward costs more than its whole one (PyTorch's walks the graph twice): 1F1B's B pays
+// the whole (1.5), ZB-H1's BI and W the halves (1 + 1). With p = 2 and m = 4 the split no longer wins:
+// 1F1B (m + p − 1)(f + B) = 12.5 against ZB-H1's 3m + (p − 1)(F + BI − W) = 13.
+TEST(Simulate, AMeasuredWholeBackwardPricesOneFOneBAndTheHalvesPriceZeroBubble) {
+  const int pp = 2, m = 4;
+  const PerTokenCost cost(1, 1, 1, 1.5);
+  const SimResult one_f_one_b = run(test_schedule(PipelineKind::kOneFOneB, pp, 1, m, pp), pp, cost);
+  const SimResult zb = run(test_schedule(PipelineKind::kZeroBubbleH1, pp, 1, m, pp), pp, cost);
+  EXPECT_NEAR(one_f_one_b.iteration_seconds, (m + pp - 1) * 2.5, 1e-9);
+  EXPECT_NEAR(zb.iteration_seconds, 3.0 * m + (pp - 1) * 1.0, 1e-9);
+  EXPECT_NEAR(one_f_one_b.critical.compute, m * 2.5, 1e-9);
+}
+
 INSTANTIATE_TEST_SUITE_P(Pipelines, ClosedForm,
                          ::testing::Values(PipelineCase{1, 1}, PipelineCase{1, 4}, PipelineCase{2, 2},
                                            PipelineCase{2, 6}, PipelineCase{4, 4}, PipelineCase{4, 8},

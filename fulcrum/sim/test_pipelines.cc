@@ -13,6 +13,9 @@ LayerCost PerTokenCost::layer_cost(const LayerWork& work) const {
     case Pass::kBackwardInput: out.seconds = backward_input_ * tokens; break;
     case Pass::kBackwardWeight: out.seconds = backward_weight_ * tokens; break;
     case Pass::kRecompute: out.seconds = 0; break;
+    case Pass::kBackward:
+      out.seconds = (whole_backward_ >= 0 ? whole_backward_ : backward_input_ + backward_weight_) * tokens;
+      break;
   }
   return out;
 }

@@ -12,15 +12,20 @@ namespace fulcrum {
 // Pipelines whose iteration times tests work out by hand.
 
 // A cost model where every layer's pass takes a fixed time per token: forward `forward`, input gradient
-// `backward_input`, weight gradient `backward_weight` seconds; no layer collectives, no recomputation cost.
+// `backward_input`, weight gradient `backward_weight` seconds; no layer collectives, no recomputation cost. With
+// `whole_backward` ≥ 0, a backward that is not split takes that instead of the halves' sum.
 class PerTokenCost : public CostModel {
  public:
-  PerTokenCost(double forward, double backward_input, double backward_weight)
-      : forward_(forward), backward_input_(backward_input), backward_weight_(backward_weight) {}
+  PerTokenCost(double forward, double backward_input, double backward_weight, double whole_backward = -1)
+      : forward_(forward),
+        backward_input_(backward_input),
+        backward_weight_(backward_weight),
+        whole_backward_(whole_backward) {}
   LayerCost layer_cost(const LayerWork& work) const override;
+  bool prices_whole_backward() const override { return whole_backward_ >= 0; }
 
  private:
-  double forward_, backward_input_, backward_weight_;
+  double forward_, backward_input_, backward_weight_, whole_backward_;
 };
 
 // An LLM of `blocks` tiny transformer blocks and nothing else.

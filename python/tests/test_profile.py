@@ -39,10 +39,10 @@ def test_the_table_is_what_the_simulator_reads(profiled, tmp_path):
     assert fp.read_profile(path) == table
     # One entry per distinct layer shape and pass: the encoder's and the LLM's blocks differ, the repeated
     # blocks of each share theirs. 8 shapes: patch embedding, two blocks, two final norms, projector, embedding,
-    # LM head; the patch embedding has no input gradient, so 8 × 4 − 1 entries.
+    # LM head; the patch embedding has no input gradient, so 8 × 5 − 1 entries.
     shapes = {json.dumps({k: v for k, v in e.items() if k not in ("pass", "tokens", "seconds")}, sort_keys=True)
               for e in table["entries"]}
-    assert len(shapes) == 8 and len(table["entries"]) == 8 * 4 - 1
+    assert len(shapes) == 8 and len(table["entries"]) == 8 * 5 - 1
     for e in table["entries"]:
         assert e["dtype"] == "fp32" and e["tp"] == 1 and e["pass"] in fp.PASSES
         assert e["tokens"] == GRID[{"patch_embedding": "vision", "projector": "projector"}.get(

@@ -39,7 +39,7 @@ def step_samples(work, step):
 
 @pytest.mark.parametrize("mode", ["dp-random", "dp-fulcrum"])
 def test_short_data_parallel_run(tmp_path, mode):
-    result, work = short_run(tmp_path, mode)
+    result, work = short_run(tmp_path, mode, "--eval-every", 1)
     assert result["mode"] == mode and result["steps"] == 2 and result["dp"] == 2 and result["engine"] == "ddp"
     assert result["batcher"] == mode.split("-", 1)[1]
     # Losses of the warm-up step and both measured ones, finite, from the untrained model's ~ln(vocab).
@@ -55,6 +55,11 @@ def test_short_data_parallel_run(tmp_path, mode):
     assert len(result["per_rank"]) == 2
     for rank in result["per_rank"]:
         assert 0 < rank["compute_seconds"] <= max(seconds) * 1.01 and rank["wait_seconds"] >= 0
+    # The held-out loss before training and after each of the 3 steps: the untrained model's ~ln(vocab),
+    # falling as it learns.
+    held = result["held_out_losses"]
+    assert [k for k, _ in held] == [0, 1, 2, 3]
+    assert abs(held[0][1] - math.log(512)) < 1.0 and held[-1][1] < held[0][1] - 0.02
 
 
 def test_short_planned_pipeline_run(tmp_path):
@@ -66,6 +71,9 @@ def test_short_planned_pipeline_run(tmp_path):
     assert result["stages"][1][1] == 20
     assert result["schedule"] == plan["plan"]["schedule"]
     assert all(math.isfinite(x) for x in result["losses"]) and result["tokens_per_second"] > 0
+    # The held-out loss runs the whole model on rank 0 with the second stage's weights sent over from rank 1.
+    held = result["held_out_losses"]
+    assert [k for k, _ in held] == [0, 3] and held[1][1] < held[0][1]
 
 
 def test_megatron_pipeline_holds_the_encoder_in_the_first_stage(tmp_path):

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Union
 
 from fulcrum.profile.layers import passes_from_medians, read_json, table_from_measurements
 
-_LABEL = re.compile(r"^fulcrum/(\d+)/(\d+)/(forward|backward|backward_input)$")
+_LABEL = re.compile(r"^fulcrum/(\d+)/(\d+)/(forward|backward|backward_input|backward_weight)$")
 
 
 def import_kineto_trace(path: Union[str, os.PathLike], model_json: Mapping[str, Any], *, device: str = "cpu",
@@ -45,5 +45,6 @@ def import_kineto_trace(path: Union[str, os.PathLike], model_json: Mapping[str, 
         forward, whole = median("forward"), median("backward")
         if forward is None or whole is None:
             raise ValueError(f"{path}: layer {layer} at {tokens} tokens lacks its forward or backward runs")
-        measured[layer][tokens] = passes_from_medians(forward, whole, median("backward_input"))
+        measured[layer][tokens] = passes_from_medians(forward, whole, median("backward_input"),
+                                                      median("backward_weight"))
     return table_from_measurements(model_json, measured, device=device, dtype=dtype)

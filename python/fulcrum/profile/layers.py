@@ -3,9 +3,10 @@
 The model is the runtime's layer chain (``model.layers``, each ``layer(state, batch) -> state``) beside its
 Fulcrum model JSON, plus ``model.profile_inputs(layer_index, tokens) -> (state, batch)``: a micro-batch in which
 that layer processes ``tokens`` tokens (for an encoder, whole items of its ``tokens_per_item``). Each distinct
-layer shape is timed once per token count: forward, backward for the input alone, the whole backward (the
-weight gradients are the difference) and a recomputation (a forward again), each as the median of ``repeats``
-runs after ``warmup``.
+layer shape is timed once per token count: forward, the whole backward, its two halves as the runtime's
+zero-bubble instructions run them (``fulcrum.runtime.split_backward``: the input gradient, then the weight
+gradient it left for later) and a recomputation (a forward again), each as the median of ``repeats`` runs after
+``warmup``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequenc
 
 import torch
 
+from fulcrum.runtime.split_backward import backward_input, backward_weight
+
 PROFILE_VERSION = 1
-PASSES = ("forward", "backward_input", "backward_weight", "recompute")
+PASSES = ("forward", "backward_input", "backward_weight", "recompute", "backward")
 _SHAPE_KEYS = ("hidden", "ffn", "heads", "kv_heads", "head_dim", "mlp", "window_tokens", "vocab", "in_features")
 
 
@@ -90,8 +93,8 @@ def _requires_grad(state):
 def time_layer(layer: torch.nn.Module, make_inputs: Callable[[], tuple], *, warmup: int = 2, repeats: int = 5,
                label: str = "layer", profiler=None) -> dict[str, float]:
     """Median seconds of each pass of ``layer`` on the inputs ``make_inputs()`` returns (``(state, batch)``):
-    the forward; the backward for the input alone and the whole backward, each after an untimed forward (the
-    weight gradients are their difference); a recomputation is a forward again."""
+    the forward; the whole backward and the input-gradient half, each after an untimed forward; the weight-
+    gradient half after an untimed forward and input half; a recomputation is a forward again."""
     state, batch = make_inputs()
     state = _requires_grad(state)
     inputs = [t for t in state if t.is_floating_point()]
@@ -104,23 +107,30 @@ def time_layer(layer: torch.nn.Module, make_inputs: Callable[[], tuple], *, warm
     forward_seconds = _median_seconds(forward, warmup, repeats, f"{label}/forward", profiler)
     whole = _median_seconds(lambda out: torch.autograd.backward(out, grads, inputs=inputs + params), warmup,
                             repeats, f"{label}/backward", profiler, setup=forward)
-    backward_input = None
+    input_half = weight_half = None
     if inputs and grads:
-        backward_input = _median_seconds(lambda out: torch.autograd.grad(out, inputs, grads, allow_unused=True),
-                                         warmup, repeats, f"{label}/backward_input", profiler, setup=forward)
+        input_half = _median_seconds(lambda out: backward_input(out, grads, inputs, params), warmup, repeats,
+                                     f"{label}/backward_input", profiler, setup=forward)
+        if params:
+            weight_half = _median_seconds(lambda pending: backward_weight(params, pending), warmup, repeats,
+                                          f"{label}/backward_weight", profiler,
+                                          setup=lambda: backward_input(forward(), grads, inputs, params)[1])
     layer.zero_grad(set_to_none=True)
-    return passes_from_medians(forward_seconds, whole, backward_input)
+    return passes_from_medians(forward_seconds, whole, input_half, weight_half)
 
 
-def passes_from_medians(forward: float, backward: float, backward_input: Optional[float]) -> dict:
-    """Pass times from the three timed runs: a forward, the whole backward, and the backward for the input
-    only (None for a layer whose input needs no gradient: the first of the chain)."""
-    seconds = {"forward": forward, "recompute": forward}
+def passes_from_medians(forward: float, backward: float, backward_input: Optional[float],
+                        backward_weight: Optional[float] = None) -> dict:
+    """Pass times from the timed runs: a forward, the whole backward, and the split backward's halves. The
+    input half is None for a layer whose input needs no gradient (the first of the chain: its weight half is the
+    whole backward); without a timed weight half, it is the whole less the input half."""
+    seconds = {"forward": forward, "recompute": forward, "backward": backward}
     if backward_input is None:
         seconds["backward_weight"] = backward
     else:
         seconds["backward_input"] = backward_input
-        seconds["backward_weight"] = max(backward - backward_input, 0.0)
+        seconds["backward_weight"] = backward_weight if backward_weight is not None else max(
+            backward - backward_input, 0.0)
     return seconds
 
 

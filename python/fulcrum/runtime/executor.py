@@ -15,15 +15,9 @@ import torch
 import torch.distributed as dist
 
 from fulcrum.runtime.plan import RuntimePlan
+from fulcrum.runtime.split_backward import backward_input, backward_weight
 from fulcrum.runtime.stage import StageModule
 from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
-
-try:
-    # PyTorch's own split of a backward pass (its zero-bubble schedules use it): the input-gradient pass keeps the
-    # gradients at the nodes where weights join, so the weight pass starts there instead of at the outputs.
-    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
-except ImportError:  # an older PyTorch: the weight pass runs the backward again from the outputs
-    stage_backward_input = stage_backward_weight = None
 
 _DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]
 _HEADER = 64  # int64 slots: tensor count, then dtype, rank and sizes of each tensor
@@ -144,19 +138,16 @@ class ScheduleExecutor:
             elif op == "BI":
                 wanted = [t for t in inputs if t.requires_grad]
                 params = [q for q in self.stages[s].parameters() if q.requires_grad]
-                if wanted and stage_backward_input is not None:
-                    found, groups = stage_backward_input(roots, grads, wanted, iter(params))
-                    self.split[(s, mb)] = groups
-                elif wanted:
-                    found = torch.autograd.grad(roots, wanted, grads, retain_graph=True, allow_unused=True)
+                if wanted:
+                    found, self.split[(s, mb)] = backward_input(roots, grads, wanted, params)
                 else:  # the first stage: nothing to send back, the W pass does the whole backward
                     found = ()
                 input_grads = [g if g is not None else torch.zeros_like(t) for t, g in zip(wanted, found)]
             else:  # W: the weight gradients the BI pass left for later
                 params = [q for q in self.stages[s].parameters() if q.requires_grad]
-                groups = self.split.pop((s, mb), None)
-                if groups is not None:
-                    stage_backward_weight(iter(params), groups)
+                pending = self.split.pop((s, mb), None)
+                if pending is not None:
+                    backward_weight(params, pending)
                 else:
                     torch.autograd.backward(roots, grads, inputs=params)
                 self.saved.pop((s, mb))
