@@ -149,7 +149,7 @@ def main():
     if rank == 0:
         print(f"trained {len(trained)} steps on {world_size} ranks; loss {mean_loss[0]:.4f} → {mean_loss[-1]:.4f}"
               if len(trained) else f"nothing left to train on {world_size} ranks")
-    dist.barrier()
+    dist.barrier()  # no rank tears its connections down while another still uses them
     dist.destroy_process_group()
 
 

@@ -193,7 +193,7 @@ std::string pipeline_schedule(const std::string& kind, int micro_batches,
   layout.vpp = vpp;
   layout.state_sharding = StateSharding::kZero0;
   std::vector<StageLayers> cut;
-  for (const auto& [first, end] : stages) cut.push_back({first, end});
+  for (const auto& [first, end] : stages) cut.push_back({static_cast<int32_t>(first), static_cast<int32_t>(end)});
   std::vector<Recompute> modes;
   for (const std::string& r : recompute) {
     if (r == "none") {
