@@ -149,8 +149,9 @@ def main():
     if rank == 0:
         print(f"trained {len(trained)} steps on {world_size} ranks; loss {mean_loss[0]:.4f} → {mean_loss[-1]:.4f}"
               if len(trained) else f"nothing left to train on {world_size} ranks")
-    dist.barrier()  # no rank tears its connections down while another still uses them
-    dist.destroy_process_group()
+    from fulcrum.runtime import end_rank
+
+    end_rank()
 
 
 if __name__ == "__main__":

@@ -84,8 +84,9 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
                            "sizes_bytes": fit.sizes_bytes, "seconds": fit.seconds},
             "communication_compute_slowdown": slowdown, "optimizer_seconds": statistics.median(times),
             "parameters": sum(q.numel() for q in params)}, indent=1) + "\n")
-    dist.barrier()  # no rank tears its connections down while another still uses them
-    dist.destroy_process_group()
+    from fulcrum.runtime import end_rank
+
+    end_rank()
 
 
 def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:

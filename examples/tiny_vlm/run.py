@@ -315,8 +315,7 @@ def worker(a, setup: dict) -> None:
         dist.all_gather_object(events, list(runtime.timeline.current))
         if rank == 0:
             fr.write_chrome_trace(a.trace, list(enumerate(events)), f"tiny_vlm {a.mode}")
-    dist.barrier()  # no rank tears its connections down while another still uses them
-    dist.destroy_process_group()
+    fr.end_rank()
 
 
 def argument_parser() -> argparse.ArgumentParser:

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <set>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "fulcrum/core/error.h"
@@ -101,6 +103,13 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
     for (const char* key : {"layer", "pass"}) {
       if (!e.contains(key) || !e[key].is_string()) throw InputError(fmt::format("{}: {} must be a string", where, key));
     }
+    // A misspelt key would otherwise be dropped and its entry match other layers than the ones measured.
+    static const std::set<std::string> kKeys = {
+        "layer", "pass", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab", "in_features", "window_tokens",
+        "sequence_tokens", "tp", "sequence_parallel", "dtype", "mlp", "tokens", "seconds"};
+    for (const auto& [key, value] : e.items()) {
+      if (!kKeys.count(key)) throw InputError(fmt::format("{}: unknown key \"{}\"", where, key));
+    }
     ProfileEntry entry;
     entry.kind = kind_named(e["layer"].get<std::string>(), where);
     entry.pass = pass_named(e["pass"].get<std::string>(), where);
@@ -137,6 +146,31 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
       } else {
         throw InputError(fmt::format("{}: mlp must be \"gelu\" or \"swiglu\"", where));
       }
+    }
+    // The keys that shape the layer kind must be there: without them the entry prices a layer of zero width.
+    auto require = [&](std::initializer_list<const char*> keys) {
+      for (const char* key : keys) {
+        if (size_or_zero(e, key, where) == 0) throw InputError(fmt::format("{}: {} must be a positive integer", where, key));
+      }
+    };
+    switch (entry.kind) {
+      case LayerKind::kTransformerBlock:
+        require({"hidden", "ffn", "heads", "kv_heads", "head_dim"});
+        if (entry.heads % entry.kv_heads != 0) {
+          throw InputError(fmt::format("{}: kv_heads ({}) must divide heads ({})", where, entry.kv_heads, entry.heads));
+        }
+        break;
+      case LayerKind::kTokenEmbedding:
+      case LayerKind::kLmHead:
+        require({"hidden", "vocab"});
+        break;
+      case LayerKind::kPatchEmbedding:
+      case LayerKind::kProjector:
+        require({"hidden", "in_features"});
+        break;
+      case LayerKind::kFinalNorm:
+        require({"hidden"});
+        break;
     }
     entry.tokens = positive_numbers(e, "tokens", where);
     entry.seconds = positive_numbers(e, "seconds", where);

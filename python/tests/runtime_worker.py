@@ -120,8 +120,7 @@ def main():
             "engine": runtime.engine, "losses": losses,
             "parameters": [merged[i] for i in sorted(merged)], "layers": layers,
             "compute_seconds": result.compute_seconds, "seconds": result.seconds}))
-    dist.barrier()  # no rank tears its connections down while another still uses them
-    dist.destroy_process_group()
+    fr.end_rank()
 
 
 if __name__ == "__main__":

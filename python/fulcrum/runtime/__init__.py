@@ -6,7 +6,8 @@ from fulcrum.runtime.executor import ScheduleExecutor
 from fulcrum.runtime.plan import RuntimePlan
 from fulcrum.runtime.runtime import Runtime, StepResult
 from fulcrum.runtime.stage import StageModule
+from fulcrum.runtime.teardown import end_rank
 from fulcrum.runtime.timeline import Event, Timeline, chrome_trace, write_chrome_trace
 
 __all__ = ["Event", "Runtime", "RuntimePlan", "ScheduleExecutor", "StageModule", "StepResult", "Timeline",
-           "chrome_trace", "write_chrome_trace"]
+           "chrome_trace", "end_rank", "write_chrome_trace"]
