@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -327,6 +328,64 @@ TEST(BubbleScheduler, RandomInstancesAlwaysValidate) {
       }
     }
   }
+}
+
+// Small cases against exhaustive search: one encoder stage, compute kernels only, every left-justified placement
+// of every kernel enumerated (a kernel starts where its predecessor ends or where an idle stretch begins; starting
+// later never helps). List scheduling must reach the exhaustive optimum of the last forward's end: gap 0.
+TEST(BubbleScheduler, ListSchedulingMatchesExhaustiveSearchOnSmallCases) {
+  Rng rng(11);
+  auto uniform = [&](double lo, double hi) { return lo + (hi - lo) * (rng.below(1 << 20) / double(1 << 20)); };
+  double worst_gap = 0;
+  for (int trial = 0; trial < 100; ++trial) {
+    LlmDeviceTimeline t;
+    double clock = uniform(0, 1);
+    for (int b = 0; b < 6; ++b) {
+      const double length = uniform(0.1, 1);
+      t.compute.push_back({clock, clock + length});
+      clock += length + uniform(0.05, 0.8);
+    }
+    t.last_pass_end_seconds = t.end_seconds = t.compute.back().end_seconds;
+    const int micro_batches = 1 + static_cast<int>(rng.below(3));
+    std::vector<Kernel> kernels;
+    EncoderPipelineWork w = pipeline({0}, micro_batches, {}, {});
+    for (int k = 0; k < micro_batches; ++k) {
+      w.forward[0][k].clear();
+      for (int q = 0; q < 1 + static_cast<int>(rng.below(3)); ++q) w.forward[0][k].push_back(compute(uniform(0.05, 0.7)));
+      for (const Kernel& kernel : w.forward[0][k]) kernels.push_back(kernel);
+    }
+    BubbleProblem p;
+    p.llm_ranks = {t};
+    p.dependency = {std::vector<double>(micro_batches, 100.0), std::vector<double>(micro_batches, 100.0)};
+    p.pipelines = {w};
+    const BubbleSchedule s = schedule_encoder_bubbles(p, BubbleMode::kFine);
+    ASSERT_NEAR(s.head_shift_seconds, 0, 1e-12);
+    double listed = 0;
+    for (const std::vector<double>& ready : s.forward_ready_seconds) listed = std::max(listed, ready.back());
+    // Idle stretches: before, between and after the LLM's compute.
+    std::vector<TimeInterval> idle;
+    double from = 0;
+    for (const TimeInterval& busy : t.compute) {
+      if (busy.start_seconds > from) idle.push_back({from, busy.start_seconds});
+      from = busy.end_seconds;
+    }
+    idle.push_back({from, 1e9});
+    double best = 1e18;
+    std::function<void(size_t, double)> search = [&](size_t q, double cursor) {
+      if (q == kernels.size()) {
+        best = std::min(best, cursor);
+        return;
+      }
+      for (const TimeInterval& stretch : idle) {
+        const double start = std::max(cursor, stretch.start_seconds);
+        if (start + kernels[q].seconds <= stretch.end_seconds + 1e-12) search(q + 1, start + kernels[q].seconds);
+      }
+    };
+    search(0, 0);
+    worst_gap = std::max(worst_gap, listed - best);
+    EXPECT_NEAR(listed, best, 1e-9) << "trial " << trial;
+  }
+  RecordProperty("worst_gap_seconds", std::to_string(worst_gap));
 }
 
 }  // namespace
