@@ -233,23 +233,30 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
   // The least head shift whose forward placement meets every F_i: 0 if that works, else bisection between a
   // failing and a working shift (a placement that works at one shift works, moved along, at any larger one).
   double shift = 0;
-  if (!place_forward(p, mode, 0, false).feasible) {
+  const Attempt unshifted = place_forward(p, mode, 0, false);
+  if (!unshifted.feasible) {
+    // The first guess: the shift that would absorb the unshifted violation (exact when the late forwards sit in
+    // the head, whose growth moves nothing else); doubled until it works.
     double low = 0;
-    double high = 0;
-    for (const EncoderPipelineWork& w : p.pipelines) {
-      for (size_t s = 0; s < w.forward.size(); ++s) {
-        for (const auto& pass : w.forward[s]) {
-          for (const Kernel& k : pass) high += k.seconds;
+    double high = std::isfinite(unshifted.violation) ? unshifted.violation : 0;
+    if (high <= 0) {
+      for (const EncoderPipelineWork& w : p.pipelines) {
+        for (size_t s = 0; s < w.forward.size(); ++s) {
+          for (const auto& pass : w.forward[s]) {
+            for (const Kernel& k : pass) high += k.seconds;
+          }
+          high += p.transfer_seconds;
         }
-        high += p.transfer_seconds;
       }
     }
     high = std::max(high, 1e-9);
     for (int doubling = 0; !place_forward(p, mode, high, false).feasible; ++doubling) {
       if (doubling == 64) throw InputError("the bubble scheduler found no head shift that lets the encoder keep up");
+      low = high;
       high *= 2;
     }
-    for (int i = 0; i < 60 && high - low > 1e-9 * std::max(1.0, high); ++i) {
+    // To a tenth of a microsecond: far below any kernel's time.
+    while (high - low > 1e-7 * std::max(1.0, high)) {
       const double mid = 0.5 * (low + high);
       (place_forward(p, mode, mid, false).feasible ? high : low) = mid;
     }
