@@ -1,9 +1,9 @@
-// Speed of one bubble schedule at the size of Optimus's 1536-GPU ViT-22B + GPT-175B job: 8 LLM pipeline ranks
-// each running the forward and backward of 32 micro-batches × 12 chunks back to back, every pass cut by two tensor-parallel
-// collectives (1,536 collectives and about as many idle stretches per rank), and m = 4 encoder pipelines of 2
-// stages of 24 ViT-22B layers, each layer pass 7 kernels (5 compute, 2 collectives). The timeline is synthetic
-// with the profiled kernel times the paper quotes (1.4 ms a ViT-22B layer forward, 2.0 ms backward; TP bubbles of
-// about 0.3 ms); the search over plans and splits runs this per candidate.
+// Speed of one bubble schedule at the size of Optimus's 1536-GPU ViT-22B + GPT-175B job: 8 LLM pipeline ranks,
+// each running the forward and backward of 32 micro-batches × 12 chunks back to back, every pass cut by two
+// tensor-parallel collectives (1,536 collectives and about as many idle stretches per rank), and m = 4 encoder
+// pipelines of 2 stages of 24 ViT-22B layers, each layer pass 7 kernels (5 compute, 2 collectives). The timeline
+// is synthetic with the profiled kernel times the paper quotes (1.4 ms a ViT-22B layer forward, 2.0 ms backward;
+// TP bubbles of about 0.3 ms); the search over plans and splits runs this per candidate.
 #include <benchmark/benchmark.h>
 
 #include "fulcrum/core/rng.h"
