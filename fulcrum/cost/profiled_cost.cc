@@ -148,28 +148,29 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
       }
     }
     // The keys that shape the layer kind must be there: without them the entry prices a layer of zero width.
-    auto require = [&](std::initializer_list<const char*> keys) {
-      for (const char* key : keys) {
-        if (size_or_zero(e, key, where) == 0) throw InputError(fmt::format("{}: {} must be a positive integer", where, key));
+    auto require = [&](std::initializer_list<std::pair<const char*, int64_t>> keys) {
+      for (const auto& [key, value] : keys) {
+        if (value == 0) throw InputError(fmt::format("{}: {} must be a positive integer", where, key));
       }
     };
     switch (entry.kind) {
       case LayerKind::kTransformerBlock:
-        require({"hidden", "ffn", "heads", "kv_heads", "head_dim"});
+        require({{"hidden", entry.hidden}, {"ffn", entry.ffn}, {"heads", entry.heads}, {"kv_heads", entry.kv_heads},
+                 {"head_dim", entry.head_dim}});
         if (entry.heads % entry.kv_heads != 0) {
           throw InputError(fmt::format("{}: kv_heads ({}) must divide heads ({})", where, entry.kv_heads, entry.heads));
         }
         break;
       case LayerKind::kTokenEmbedding:
       case LayerKind::kLmHead:
-        require({"hidden", "vocab"});
+        require({{"hidden", entry.hidden}, {"vocab", entry.vocab}});
         break;
       case LayerKind::kPatchEmbedding:
       case LayerKind::kProjector:
-        require({"hidden", "in_features"});
+        require({{"hidden", entry.hidden}, {"in_features", entry.in_features}});
         break;
       case LayerKind::kFinalNorm:
-        require({"hidden"});
+        require({{"hidden", entry.hidden}});
         break;
     }
     entry.tokens = positive_numbers(e, "tokens", where);

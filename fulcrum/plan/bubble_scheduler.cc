@@ -279,13 +279,18 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
     const EncoderPipelineWork& w = p.pipelines[j];
     const int stages = static_cast<int>(w.stage_rank.size());
     const int n = static_cast<int>(w.forward[0].size());
-    // Backward devices: what forward left; in coarse mode only the tail.
+    // Backward devices: in fine mode what forward left (its collectives included), in coarse mode the tail alone;
+    // there the forward's collectives are counted apart.
     std::vector<Device> devices;
+    std::vector<double> forward_beside(stages, 0);
     for (int s = 0; s < stages; ++s) {
-      const LlmDeviceTimeline& llm = p.llm_ranks[w.stage_rank[s]];
-      const double from = mode == BubbleMode::kCoarse ? llm.last_pass_end_seconds + shift : 0.0;
-      devices.push_back(a.devices[j][s]);
-      if (mode == BubbleMode::kCoarse) devices[s] = Device(llm, shift, from, kInfinity);
+      if (mode == BubbleMode::kCoarse) {
+        const LlmDeviceTimeline& llm = p.llm_ranks[w.stage_rank[s]];
+        forward_beside[s] = a.devices[j][s].collective_beside_compute_seconds();
+        devices.emplace_back(llm, shift, llm.last_pass_end_seconds + shift, kInfinity);
+      } else {
+        devices.push_back(std::move(a.devices[j][s]));
+      }
     }
     std::vector<int> order(n);
     for (int k = 0; k < n; ++k) order[k] = k;
@@ -313,10 +318,8 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
     }
     for (int s = 0; s < stages; ++s) {
       const LlmDeviceTimeline& llm = p.llm_ranks[w.stage_rank[s]];
-      // In fine mode the backward device carries on from the forward's, its collectives included.
-      const double beside = devices[s].collective_beside_compute_seconds() +
-                            (mode == BubbleMode::kCoarse ? a.devices[j][s].collective_beside_compute_seconds() : 0);
-      const double contention = p.communication_slowdown * beside;
+      const double contention =
+          p.communication_slowdown * (devices[s].collective_beside_compute_seconds() + forward_beside[s]);
       out.contention_seconds = std::max(out.contention_seconds, contention);
       const double device_end =
           std::max(llm.end_seconds + shift, stage_end[s] + w.stage_tail_seconds[s]) + contention;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 
 #include "fulcrum/core/error.h"
@@ -20,7 +21,7 @@ DependencyPoints dependency_points(const SimResult& llm, int micro_batches) {
     if (e.op == OpKind::kBackward || e.op == OpKind::kBackwardInput) out.backward_seconds[e.micro_batch] = e.end_seconds;
   }
   for (int i = 0; i < micro_batches; ++i) {
-    if (out.forward_seconds[i] != out.forward_seconds[i] || out.backward_seconds[i] != out.backward_seconds[i]) {
+    if (std::isnan(out.forward_seconds[i]) || std::isnan(out.backward_seconds[i])) {
       throw InputError(fmt::format("the LLM timeline lacks the first stage's forward or backward of micro-batch {} "
                                    "(simulate with the timeline kept)", i));
     }
