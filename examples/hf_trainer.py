@@ -23,6 +23,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 import fulcrum
+from fulcrum.runtime import end_rank
 
 VOCAB = 128
 TOKENS_PER_POSITION = 64  # the small model sees one position per 64 real tokens
@@ -117,6 +118,8 @@ def main():
     if trainer.is_world_process_zero():
         print(f"trained {result.global_step} steps on {training.world_size} processes; "
               f"loss {result.training_loss:.4f}")
+    # The interpreter's own teardown of Trainer's gloo group can abort a rank whose work is done.
+    end_rank()
 
 
 if __name__ == "__main__":
