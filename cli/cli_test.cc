@@ -460,6 +460,39 @@ TEST_F(Cli, PlanFindsAFasterPlanThanTheBaselinesAndWritesIt) {
   EXPECT_NE(megatron.out.find("--pipeline-model-parallel-layout \"E"), std::string::npos) << megatron.out;
 }
 
+// Optimus on the paper's 8-GPU example: the LLM plan pinned, the encoders on their own plan inside its bubbles.
+TEST_F(Cli, PlanOptimusPutsTheEncoderInTheLlmsBubbles) {
+  const Result r = run("plan --model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --seq 2048 --image-tokens 256 "
+                       "--strategy optimus --baseline-config 1,2,4,1,2 --json --quiet");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("optimus")) << r.out;
+  const auto& o = j["optimus"];
+  for (const char* key : {"encoder_plan", "m", "microbatch_split", "efficiency_coarse", "efficiency_fine",
+                          "scheduler_seconds"}) {
+    EXPECT_TRUE(o.contains(key)) << key;
+  }
+  // m encoder pipelines per LLM pipeline: (PP_llm · TP_llm) / (PP_enc · TP_enc), carrying the 8 micro-batches.
+  const auto& e = o["encoder_plan"];
+  EXPECT_EQ(o["m"].get<int>() * e["pp"].get<int>() * e["tp"].get<int>(), 4 * 2);
+  int carried = 0;
+  for (const auto& part : o["microbatch_split"]) carried += part.get<int>();
+  EXPECT_EQ(carried, 8);
+  EXPECT_EQ(o["microbatch_split"].size(), o["m"].get<size_t>());
+  EXPECT_GE(o["efficiency_fine"].get<double>(), o["efficiency_coarse"].get<double>());
+  EXPECT_LE(o["efficiency_fine"].get<double>(), 1.0);
+  // The LLM plan is megatron's, pinned alike: moving the encoder out of its first stage and into bubbles wins.
+  EXPECT_EQ(j["plan"]["pp"], 4);
+  EXPECT_EQ(j["plan"]["tp"], 2);
+  EXPECT_GT(j["speedup_vs"]["megatron"].get<double>(), 1.0);
+  EXPECT_LE(o["llm_alone_seconds"].get<double>(), j["predicted"]["iteration_seconds"].get<double>());
+  const Result llm = run("plan --model gpt-11b --cluster h100:8 --gbs 16 --strategy optimus --baseline-config "
+                         "1,2,4,1,2 --no-baselines --quiet");
+  EXPECT_EQ(llm.status, 2);
+  EXPECT_NE(llm.err.find("has no encoder to give its own plan"), std::string::npos) << llm.err;
+  EXPECT_TRUE(llm.out.empty()) << llm.out;
+}
+
 TEST_F(Cli, PlanBadInput) {
   const std::pair<std::string, std::string> cases[] = {
       {"--model gpt-11b --cluster a100:16 --gbs 64 --strategy fastest", "unknown strategy 'fastest'"},
@@ -477,6 +510,8 @@ TEST_F(Cli, PlanBadInput) {
        "--config DP 2 × TP 2 × PP 2 is not the cluster's 16 devices"},
       {"--model gpt-11b --cluster a100:16 --gbs 64 --strategy zero3 --config 16,1,1,1,1", "takes no configuration"},
       {"--model gpt-11b --cluster a100:16 --gbs 64 --dtype fp8", "a100 has none"},
+      {"--model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --strategy optimus --baseline-config 1,2,4,1,2",
+       "--strategy optimus: its encoder schedule has no schedule-file"},
   };
   const std::string out = (dir_ / "plan.json").string();
   for (const auto& [args, message] : cases) {

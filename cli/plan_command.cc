@@ -1,5 +1,6 @@
 // `fulcrum plan`: the fastest plan of a strategy that fits in memory, compared with what users run today.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <iostream>
@@ -104,6 +105,24 @@ Json summary_json(const TrainingPlan& p) {
           {"iteration_seconds", p.iteration_seconds}};
 }
 
+// Optimus's encoder plan and schedule. Efficiencies: the share of encoder compute inside the LLM's bubbles.
+Json optimus_json(const OptimusPlan& o) {
+  const EncoderPlan& e = o.encoder_plan;
+  return {{"encoder_plan", {{"dp", e.dp}, {"pp", e.pp}, {"tp", e.tp}}},
+          {"m", e.pipelines},
+          {"microbatch_split", o.split},
+          {"efficiency_coarse", o.coarse.efficiency},
+          {"efficiency_fine", o.fine.efficiency},
+          {"llm_alone_seconds", o.fine.llm_seconds},
+          {"no_bubble_seconds", o.no_bubble_seconds},
+          {"coarse_seconds", o.coarse.iteration_seconds},
+          {"fine_seconds", o.fine.iteration_seconds},
+          {"head_shift_seconds", o.fine.head_shift_seconds},
+          {"encoder_plans", o.encoder_plans},
+          {"splits_evaluated", o.splits_evaluated},
+          {"scheduler_seconds", o.scheduler_seconds}};
+}
+
 std::string describe(const TrainingPlan& p) {
   const ParallelConfig& c = p.config;
   return fmt::format("DP {} TP {} PP {} VPP {}, micro-batch {} × {}, {}, {} batches", c.dp, c.tp, c.pp, c.vpp, c.mbs,
@@ -135,6 +154,11 @@ void run_plan(const PlanOptions& o) {
   const Strategy strategy = parse_strategy(o.strategy);
   if (!o.exporter.empty() && o.exporter != "megatron" && o.exporter != "deepspeed") {
     throw InputError(fmt::format("--export {}: use megatron or deepspeed", o.exporter));
+  }
+  if (strategy == Strategy::kOptimus && (!o.out.empty() || !o.exporter.empty())) {
+    // The schedule file and the exporters describe one pipeline over the whole model; an Optimus plan runs two.
+    throw InputError("--strategy optimus: its encoder schedule has no schedule-file or exporter form yet; drop "
+                     "--out and --export");
   }
   std::optional<LoadedData> loaded;
   if (!o.data.empty()) {
@@ -179,8 +203,9 @@ void run_plan(const PlanOptions& o) {
   const double bound_seconds =
       d.model_flops / (static_cast<double>(request.cluster.devices) *
                        matmul_peak_flops_per_second(request.cluster.device, request.dtype) * cost.efficiency().matmul);
+  const ModelSpec& scheduled_model = plan.optimus ? plan.optimus->llm.model : request.model;
   const int profile_applied =
-      request.profile ? profile_entries_applied(*request.profile, request.model, plan.schedule.layout,
+      request.profile ? profile_entries_applied(*request.profile, scheduled_model, plan.schedule.layout,
                                                 plan.schedule.recompute, request.dtype)
                       : 0;
   if (request.profile) std::cerr << profile_unused_warning(o.profile, *request.profile, profile_applied, request.dtype);
@@ -235,6 +260,7 @@ void run_plan(const PlanOptions& o) {
       out["profile"] = {{"file", o.profile}, {"device", request.profile->device},
                         {"entries", request.profile->entries.size()}, {"entries_applied", profile_applied}};
     }
+    if (plan.optimus) out["optimus"] = optimus_json(*plan.optimus);
     if (!o.out.empty()) out["out"] = o.out;
     if (!exported.empty()) out["export"] = {{"format", o.exporter}, {"text", exported}};
     if (o.ablation) {
@@ -259,6 +285,14 @@ void run_plan(const PlanOptions& o) {
   std::cout << fmt::format("  {}\n  stages (layers): ", describe(plan));
   for (const StageLayers& st : plan.schedule.stages) std::cout << fmt::format("[{}, {}) ", st.first_layer, st.end_layer);
   std::cout << fmt::format("\n  recomputation: {}\n", recompute_summary(plan.schedule));
+  if (plan.optimus) {
+    const OptimusPlan& op = *plan.optimus;
+    std::cout << fmt::format("  encoders on their own plan: DP {} PP {} TP {}, m = {}, split {}; {:.0f}% of their "
+                             "compute in LLM bubbles ({:.0f}% coarse); scheduled in {:.2f} s\n",
+                             op.encoder_plan.dp, op.encoder_plan.pp, op.encoder_plan.tp, op.encoder_plan.pipelines,
+                             fmt::join(op.split, "/"), 100 * op.fine.efficiency, 100 * op.coarse.efficiency,
+                             op.scheduler_seconds);
+  }
   std::cout << fmt::format("  epoch {:.1f} s ({} steps of {:.1f} s), MFU {:.1f}%, pipeline bubble {:.1f}%, "
                            "{:.0f}% of the compute bound\n",
                            plan.epoch_seconds, plan.steps_per_epoch, plan.iteration_seconds, 100 * d.mfu,
@@ -296,10 +330,10 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_option("--images-per-sample", o->images_per_sample, "Without --data: encoder items per sample")
       ->capture_default_str();
   cmd->add_option("--image-tokens", o->image_tokens, "Patch tokens per image (default: the encoder's own)");
-  cmd->add_option("--strategy", o->strategy, "zero3 | megatron | balanced | omnibal | fulcrum")->capture_default_str();
+  cmd->add_option("--strategy", o->strategy, "zero3 | megatron | balanced | omnibal | optimus | fulcrum")->capture_default_str();
   cmd->add_option("--config", o->config,
                   "DP,TP,PP,VPP,MBS pinning the planned strategy's configuration (its schedule is still chosen)");
-  cmd->add_option("--baseline-config", o->baseline_config, "DP,TP,PP,VPP,MBS pinning megatron and balanced");
+  cmd->add_option("--baseline-config", o->baseline_config, "DP,TP,PP,VPP,MBS pinning megatron, balanced and optimus's LLM plan");
   cmd->add_option("--profile", o->profile, "Profile table JSON: measured times for the layer passes it covers");
   cmd->add_option("--dtype", o->dtype, "Number format of every layer: bf16 | fp16 | fp8 | fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp8", "fp32"}))->capture_default_str();

@@ -29,6 +29,11 @@ struct TrainingStateBytes {
 };
 TrainingStateBytes training_state_bytes(int64_t parameters, int64_t dp, StateSharding sharding, bool trainable = true);
 
+// Device-memory traffic of Adam's step per parameter of the device's shard: read the fp32 master weight,
+// gradient, momentum and variance (16 bytes), write master, momentum, variance (12) and the 16-bit weight (2).
+// The step is memory-bound, so its time is this over the memory bandwidth.
+inline constexpr double kOptimizerStepBytesPerParameter = 30;
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_COST_TRAINING_STATE_MEMORY_H_

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <iterator>
 #include <map>
 #include <tuple>
 
@@ -52,17 +53,29 @@ class Device {
     for (; it != free_.end(); ++it) {
       const double start = std::max(cursor, it->start_seconds);
       if (start + seconds > it->end_seconds + kEpsilon) continue;
-      if (start > it->start_seconds) {
-        // What precedes the kernel in its stretch stays free for a later pass.
-        const TimeInterval before{it->start_seconds, start};
-        it->start_seconds = start + seconds;
-        free_.insert(it, before);
-      } else {
-        it->start_seconds = start + seconds;
-      }
+      // What precedes the kernel in its stretch stays free for passes that start earlier (start_backward_phase).
+      if (start > it->start_seconds) skipped_.push_back({it->start_seconds, start});
+      it->start_seconds = start + seconds;
       return start;
     }
     return kInfinity;
+  }
+
+  // Passes on one device are placed in order (a stage's micro-batches one after another), so a stretch a kernel
+  // skipped over is of no use to the passes of the same direction after it; the backward passes that follow
+  // the forwards may start earlier, and get the skipped stretches back here. Kept apart until then, so that a
+  // placement never shifts the free list. Collectives placed from here on go to the second phase's list.
+  void start_backward_phase() {
+    std::vector<TimeInterval> merged;
+    merged.reserve(free_.size() + skipped_.size());
+    auto by_start = [](const TimeInterval& a, const TimeInterval& b) { return a.start_seconds < b.start_seconds; };
+    std::merge(free_.begin(), free_.end(), skipped_.begin(), skipped_.end(), std::back_inserter(merged), by_start);
+    free_.clear();
+    for (const TimeInterval& w : merged) {
+      if (w.end_seconds > w.start_seconds) free_.push_back(w);
+    }
+    skipped_.clear();
+    phase_ = 1;
   }
 
   // Earliest start ≥ `cursor` of a collective of `seconds` that meets neither an LLM tensor-parallel collective
@@ -80,13 +93,17 @@ class Device {
         // Compared as shifted, as the caller sees them (the search above compares unshifted, which rounds apart).
         if (it->end_seconds + shift_ > start) clash_end = std::max(clash_end, it->end_seconds + shift_);
       }
-      // The encoder collective starting last before `end` is the only one that can reach into [start, end).
-      auto next = collectives_.lower_bound(end);
-      if (next != collectives_.begin() && std::prev(next)->second > start) {
-        clash_end = std::max(clash_end, std::prev(next)->second);
+      // In each phase's list, the encoder collective starting last before `end` is the only one that can reach
+      // into [start, end).
+      for (const std::vector<TimeInterval>& placed : collectives_) {
+        auto next = std::lower_bound(placed.begin(), placed.end(), end,
+                                     [](const TimeInterval& t, double x) { return t.start_seconds < x; });
+        if (next != placed.begin() && std::prev(next)->end_seconds > start) {
+          clash_end = std::max(clash_end, std::prev(next)->end_seconds);
+        }
       }
       if (clash_end == -kInfinity) {
-        collectives_.emplace(start, end);
+        collectives_[phase_].push_back({start, end});
         contention_seconds_ += overlap_seconds(llm_->compute, shift_, start, end);
         return start;
       }
@@ -107,7 +124,11 @@ class Device {
   double shift_;
   double from_;
   std::vector<TimeInterval> free_;        // sorted, disjoint
-  std::map<double, double> collectives_;  // encoder collectives placed here: start → end
+  std::vector<TimeInterval> skipped_;     // sorted: placements only move forward in time
+  // Encoder collectives placed here, per phase (forward passes, then backward): each sorted, since placements
+  // within a phase only move forward in time.
+  std::vector<TimeInterval> collectives_[2];
+  int phase_ = 0;
   double contention_seconds_ = 0;
 };
 
@@ -190,6 +211,7 @@ Attempt place_forward(const BubbleProblem& p, BubbleMode mode, double shift, boo
     const int stages = static_cast<int>(w.stage_rank.size());
     const int n = static_cast<int>(w.forward[0].size());
     std::vector<double> limit(stages, kInfinity);
+    a.devices[j].reserve(stages);
     for (int s = 0; s < stages; ++s) {
       const LlmDeviceTimeline& llm = p.llm_ranks[w.stage_rank[s]];
       if (mode == BubbleMode::kCoarse) limit[s] = first_compute_seconds(llm) + shift;
@@ -273,6 +295,7 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
   out.llm_micro_batch = a.llm_micro_batch;
   out.forward_ready_seconds = a.forward_ready;
   out.backward_start_seconds.resize(p.pipelines.size());
+  out.pipeline_end_seconds.assign(p.pipelines.size(), out.iteration_seconds);
 
   double outside = 0;
   for (size_t j = 0; j < p.pipelines.size(); ++j) {
@@ -282,6 +305,7 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
     // Backward devices: in fine mode what forward left (its collectives included), in coarse mode the tail alone;
     // there the forward's collectives are counted apart.
     std::vector<Device> devices;
+    devices.reserve(stages);
     std::vector<double> forward_beside(stages, 0);
     for (int s = 0; s < stages; ++s) {
       if (mode == BubbleMode::kCoarse) {
@@ -290,6 +314,7 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
         devices.emplace_back(llm, shift, llm.last_pass_end_seconds + shift, kInfinity);
       } else {
         devices.push_back(std::move(a.devices[j][s]));
+        devices.back().start_backward_phase();
       }
     }
     std::vector<int> order(n);
@@ -324,6 +349,7 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
       const double device_end =
           std::max(llm.end_seconds + shift, stage_end[s] + w.stage_tail_seconds[s]) + contention;
       out.iteration_seconds = std::max(out.iteration_seconds, device_end);
+      out.pipeline_end_seconds[j] = std::max(out.pipeline_end_seconds[j], device_end);
     }
   }
   // Efficiency: compute beyond each device's own head bubble (the part of the head that the shift added) or past

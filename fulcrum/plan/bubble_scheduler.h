@@ -89,6 +89,9 @@ struct BubbleSchedule {
   std::vector<std::vector<int>> llm_micro_batch;
   std::vector<std::vector<double>> forward_ready_seconds;
   std::vector<std::vector<double>> backward_start_seconds;
+  // [pipeline]: when the last of its devices is done (the LLM's shifted end, its own tail, the contention it
+  // caused); the iteration is the longest.
+  std::vector<double> pipeline_end_seconds;
   std::vector<PlacedKernel> kernels;
 };
 

@@ -30,6 +30,7 @@ std::string_view strategy_name(Strategy strategy) {
     case Strategy::kMegatron: return "megatron";
     case Strategy::kBalanced: return "balanced";
     case Strategy::kOmnibal: return "omnibal";
+    case Strategy::kOptimus: return "optimus";
     case Strategy::kFulcrum: return "fulcrum";
   }
   return "?";
@@ -37,10 +38,11 @@ std::string_view strategy_name(Strategy strategy) {
 
 Strategy parse_strategy(std::string_view name) {
   for (Strategy s : {Strategy::kZero3, Strategy::kMegatron, Strategy::kBalanced, Strategy::kOmnibal,
-                     Strategy::kFulcrum}) {
+                     Strategy::kOptimus, Strategy::kFulcrum}) {
     if (strategy_name(s) == name) return s;
   }
-  throw InputError(fmt::format("unknown strategy '{}': use zero3, megatron, balanced, omnibal or fulcrum", name));
+  throw InputError(
+      fmt::format("unknown strategy '{}': use zero3, megatron, balanced, omnibal, optimus or fulcrum", name));
 }
 
 Recipe recipe_of(Strategy strategy) {
@@ -59,6 +61,9 @@ Recipe recipe_of(Strategy strategy) {
       r.batcher = "isf";
       r.partition = PartitionMethod::kOmnibal;
       r.adaptive_recompute = true;
+      break;
+    case Strategy::kOptimus:
+      r.encoder_in_bubbles = true;
       break;
     case Strategy::kFulcrum:
       r.batcher = "fulcrum";
@@ -180,6 +185,7 @@ class Planner {
     TrainingPlan plan = std::move(outcomes_final[best].plan);
     plan.candidates = static_cast<int>(configs.size());
     plan.feasible = feasible;
+    if (recipe_.encoder_in_bubbles) move_encoders_into_bubbles(plan);
     return plan;
   }
 
@@ -605,6 +611,51 @@ class Planner {
     std::vector<size_t> out(loads.steps.size());
     for (size_t i = 0; i < out.size(); ++i) out[i] = i;
     return out;
+  }
+
+  // Optimus on the chosen LLM plan: the encoder plan and split searched on the first sampled step, then the
+  // same plan and split scheduled on every sampled step for the mean iteration time.
+  void move_encoders_into_bubbles(TrainingPlan& plan) const {
+    const ParallelConfig& c = plan.config;
+    const LoadSet& loads = loads_.at(std::make_tuple(recipe_.batcher, c.dp, micro_batches_of(c)));
+    OptimusInputs in;
+    in.model = &r_.model;
+    in.cluster = &r_.cluster;
+    in.cost = &cost();
+    in.efficiency = analytic_.efficiency();
+    in.llm_layout = layout_of(c);
+    in.llm_schedule = c.schedule;
+    in.llm_recompute = Recompute::kFull;
+    in.micro_batches = micro_batches_of(c);
+    in.dtype = r_.dtype;
+    in.loads = loads.steps.front();
+    auto optimus = std::make_shared<OptimusPlan>(plan_optimus(in));
+    double sum = optimus->iteration_seconds;
+    for (size_t k = 1; k < loads.steps.size(); ++k) {
+      in.loads = loads.steps[k];
+      const LlmAlone llm = simulate_llm_alone(in);
+      const BubbleProblem problem = encoder_bubble_problem(
+          in, llm_device_timelines(in, llm), dependency_points(llm.result, in.micro_batches), optimus->encoder_plan,
+          encoder_work(in, optimus->encoder_plan), optimus->split);
+      sum += schedule_encoder_bubbles(problem, BubbleMode::kFine).iteration_seconds;
+    }
+    // The whole model's FLOPs (the plan's own simulation counted them) over the new iteration time.
+    const double model_flops = plan.detail.model_flops;
+    const double hardware_flops = plan.detail.hardware_flops;
+    plan.iteration_seconds = sum / static_cast<double>(loads.steps.size());
+    plan.epoch_seconds = plan.iteration_seconds * static_cast<double>(loads.steps_per_epoch);
+    plan.schedule = optimus->llm.schedule;
+    plan.detail = optimus->llm.result;
+    plan.detail.iteration_seconds = optimus->iteration_seconds;
+    plan.detail.model_flops = model_flops;
+    plan.detail.hardware_flops = hardware_flops;
+    const double peak = static_cast<double>(plan.detail.devices) * r_.cluster.device.bf16_flops_per_second;
+    plan.detail.mfu = peak > 0 ? model_flops / (optimus->iteration_seconds * peak) : 0;
+    plan.detail.hfu = peak > 0 ? hardware_flops / (optimus->iteration_seconds * peak) : 0;
+    for (int r = 0; r < static_cast<int>(plan.detail.peak_memory_bytes.size()); ++r) {
+      plan.detail.peak_memory_bytes[r] += optimus->encoder_plan.stage_state_bytes[r / (c.pp / optimus->encoder_plan.pp)];
+    }
+    plan.optimus = std::move(optimus);
   }
 
   // Simulates `schedule` on the sampled steps (a screening pass: two of them).

@@ -2,6 +2,7 @@
 #define FULCRUM_PLAN_PLANNER_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 #include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/model/model_spec.h"
+#include "fulcrum/plan/optimus.h"
 #include "fulcrum/sched/schedule.h"
 #include "fulcrum/sim/simulator.h"
 
@@ -24,11 +26,14 @@ namespace fulcrum {
 //             evenly, full recomputation everywhere, random padded batches
 //   balanced  megatron with an even-cost partition of the whole layer chain ("Megatron-LM balanced")
 //   omnibal   ISF batches, OmniBal's anchored partition search, adaptive recomputation
+//   optimus   Optimus (reference/optimus.md): megatron's LLM plan with the LLM alone on its pipeline (its blocks
+//             split evenly), the encoders on their own plan over the same devices, their kernels scheduled into
+//             the LLM's bubbles (optimus.h)
 //   fulcrum   Fulcrum's batches, the exact min-max partition (boundary transfers included), adaptive
 //             recomputation, and the full search (zero-bubble schedules, ZeRO-3 without a pipeline)
 // Every searched configuration uses sequence parallelism with tensor parallelism, and the distributed optimizer
 // with data parallelism.
-enum class Strategy { kZero3, kMegatron, kBalanced, kOmnibal, kFulcrum };
+enum class Strategy { kZero3, kMegatron, kBalanced, kOmnibal, kOptimus, kFulcrum };
 std::string_view strategy_name(Strategy strategy);
 Strategy parse_strategy(std::string_view name);  // InputError for an unknown name
 
@@ -46,6 +51,9 @@ struct Recipe {
   bool adaptive_recompute = false;  // else full recomputation of every block
   bool zero_bubble = false;         // ZB-H1 among the schedules
   bool zero3_data_parallel = false; // the zero3 recipe: no search, pure data parallelism with ZeRO-3
+  // The best plan's encoders then move out of its pipeline onto their own plan, their work into the LLM's
+  // bubbles (plan_optimus); the LLM plan itself stays as searched.
+  bool encoder_in_bubbles = false;
 };
 Recipe recipe_of(Strategy strategy);
 
@@ -111,6 +119,10 @@ struct TrainingPlan {
   SimResult detail;              // the first simulated step
   int candidates = 0;            // configurations evaluated
   int feasible = 0;              // of which fit in memory
+  // With encoder_in_bubbles: the encoder plan, split and bubble schedules (of the first simulated step).
+  // `schedule` and `detail` are then the LLM's alone (optimus->llm.model's layers); iteration and epoch times,
+  // MFU and HFU are the whole model's, encoders in bubbles included.
+  std::shared_ptr<const OptimusPlan> optimus;
 };
 
 // The fastest plan of `strategy` that fits in memory, by epoch time. Candidates are evaluated in parallel

@@ -79,9 +79,6 @@ double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int ra
 namespace {
 
 constexpr double kLogitBytes = 4;  // fp32 logits kept for the loss
-// Adam over fp32 state, per parameter of the shard: read master weight, gradient, momentum and variance (16
-// bytes), write master, momentum, variance (12) and the 16-bit weight (2).
-constexpr double kOptimizerBytesPerParameter = 30;
 
 // Layers of equal shape in one component cost the same: their costs are computed once per micro-batch.
 struct LayerClass {
@@ -310,7 +307,7 @@ class Simulator {
           const bool sharded = l.state_sharding != StateSharding::kZero0;
           const double shard = sharded ? static_cast<double>(per_device) / l.dp : static_cast<double>(per_device);
           info.optimizer_seconds +=
-              kOptimizerBytesPerParameter * shard / (cluster_.device.memory_bytes_per_second * eff_.memory);
+              kOptimizerStepBytesPerParameter * shard / (cluster_.device.memory_bytes_per_second * eff_.memory);
         }
       }
     }

@@ -1,0 +1,420 @@
+#include "fulcrum/plan/optimus.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <tuple>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/cost/dtype.h"
+#include "fulcrum/cost/training_state_memory.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+
+namespace fulcrum {
+namespace {
+
+struct FlatLayer {
+  int component = 0;
+  const LayerSpec* spec = nullptr;
+  bool runs = true;  // not among its component's unused final layers
+};
+
+std::vector<FlatLayer> flat_layers(const ModelSpec& model) {
+  std::vector<FlatLayer> out;
+  for (int c = 0; c < static_cast<int>(model.components.size()); ++c) {
+    const ComponentSpec& comp = model.components[c];
+    const size_t used = comp.layers.size() - static_cast<size_t>(std::max<int64_t>(0, comp.unused_final_layers));
+    for (size_t i = 0; i < comp.layers.size(); ++i) out.push_back({c, &comp.layers[i], i < used});
+  }
+  return out;
+}
+
+using LoadKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+LoadKey key_of(const MicroBatchLoad& l) { return {l.vision, l.llm_tokens, l.llm_tokens_squared, l.sequences}; }
+
+void append(std::vector<Kernel>& out, const LayerCost& cost) {
+  if (cost.kernels.empty()) {
+    Kernel k;
+    k.name = "layer";
+    k.seconds = cost.seconds;
+    k.flops = cost.flops;
+    out.push_back(std::move(k));
+    return;
+  }
+  out.insert(out.end(), cost.kernels.begin(), cost.kernels.end());
+}
+
+LayerCost backward_cost(const CostModel& cost, LayerWork work) {
+  if (cost.prices_whole_backward()) {
+    work.pass = Pass::kBackward;
+    return cost.layer_cost(work);
+  }
+  return joined_backward(cost, work);
+}
+
+// Adds [start, end) to sorted intervals, joining it to the last when they touch.
+void push_interval(std::vector<TimeInterval>& out, double start, double end) {
+  if (end <= start) return;
+  if (!out.empty() && start <= out.back().end_seconds + 1e-15) {
+    out.back().end_seconds = std::max(out.back().end_seconds, end);
+    return;
+  }
+  out.push_back({start, end});
+}
+
+const std::vector<MicroBatchLoad>& step_loads(const OptimusInputs& in, int replica) {
+  if (in.loads.per_replica.empty()) throw InputError("Optimus needs the step's micro-batch loads");
+  const size_t r = in.loads.per_replica.size() == 1 ? 0 : static_cast<size_t>(replica);
+  return in.loads.per_replica.at(r);
+}
+
+void check_inputs(const OptimusInputs& in) {
+  if (!in.model || !in.cluster || !in.cost) throw InputError("Optimus needs a model, a cluster and a cost model");
+  if (in.micro_batches <= 0) throw InputError("Optimus needs at least one micro-batch per LLM pipeline");
+}
+
+}  // namespace
+
+ModelSpec llm_only(const ModelSpec& model) {
+  ModelSpec out;
+  out.name = model.name;
+  for (const ComponentSpec& c : model.components) {
+    if (c.role == ComponentRole::kLlm) out.components.push_back(c);
+  }
+  if (out.components.empty()) throw InputError(fmt::format("model '{}' has no LLM", model.name));
+  return out;
+}
+
+LlmAlone simulate_llm_alone(const OptimusInputs& in) {
+  check_inputs(in);
+  LlmAlone out;
+  out.model = llm_only(*in.model);
+  ParallelLayout layout = in.llm_layout;
+  layout.encoder_tp = 0;
+  PipelineKind kind = in.llm_schedule;
+  if (layout.vpp == 1 && kind == PipelineKind::kInterleaved) kind = PipelineKind::kOneFOneB;
+  out.schedule = make_pipeline_schedule(kind, layout, in.micro_batches,
+                                        partition_layers(out.model, layout.stages(), EncoderPlacement::kFirstStage),
+                                        block_recompute(out.model, in.llm_recompute));
+  SimOptions options;
+  options.timeline = true;
+  options.dtype = in.dtype;
+  out.result = simulate(out.schedule, out.model, *in.cluster, *in.cost, in.efficiency, in.loads, options);
+  return out;
+}
+
+std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, const LlmAlone& llm) {
+  const Schedule& s = llm.schedule;
+  const std::vector<FlatLayer> layers = flat_layers(llm.model);
+  const std::vector<MicroBatchLoad>& loads = step_loads(in, llm.result.timeline_replica);
+  // Per stage: a representative transformer block and how many the stage runs.
+  struct StageBlocks {
+    int32_t layer = -1;
+    int64_t count = 0;
+  };
+  std::vector<StageBlocks> blocks(s.stages.size());
+  for (size_t st = 0; st < s.stages.size(); ++st) {
+    for (int32_t i = s.stages[st].first_layer; i < s.stages[st].end_layer; ++i) {
+      if (layers[i].spec->kind != LayerKind::kTransformerBlock || !layers[i].runs) continue;
+      if (blocks[st].layer < 0) blocks[st].layer = i;
+      ++blocks[st].count;
+    }
+  }
+  auto pattern = [&](const TimelineEvent& e) {
+    std::vector<Kernel> out;
+    const StageBlocks& b = blocks[e.stage];
+    if (b.layer < 0) return out;
+    const FlatLayer& fl = layers[b.layer];
+    LayerWork w;
+    w.layer = fl.spec;
+    w.batch = component_batch(llm.model, fl.component, loads.at(e.micro_batch));
+    w.sharding.tp = s.layout.tp;
+    w.sharding.sequence_parallel = s.layout.sequence_parallel && s.layout.tp > 1;
+    w.trainable = llm.model.components[fl.component].trainable;
+    w.dtype = in.dtype;
+    const Recompute recompute = s.recompute[b.layer];
+    if ((e.op == OpKind::kBackward || e.op == OpKind::kBackwardInput) && recompute != Recompute::kNone) {
+      w.pass = Pass::kRecompute;
+      w.recompute = recompute;
+      append(out, in.cost->layer_cost(w));
+      w.recompute = Recompute::kNone;
+    }
+    switch (e.op) {
+      case OpKind::kForward:
+        w.pass = Pass::kForward;
+        append(out, in.cost->layer_cost(w));
+        break;
+      case OpKind::kBackward:
+        append(out, backward_cost(*in.cost, w));
+        break;
+      case OpKind::kBackwardInput:
+        w.pass = Pass::kBackwardInput;
+        append(out, in.cost->layer_cost(w));
+        break;
+      default:
+        w.pass = Pass::kBackwardWeight;
+        append(out, in.cost->layer_cost(w));
+        break;
+    }
+    return out;
+  };
+
+  std::vector<LlmDeviceTimeline> out(s.layout.pp);
+  std::vector<std::vector<TimelineEvent>> by_rank(s.layout.pp);
+  for (const TimelineEvent& e : llm.result.timeline) {
+    if (e.stream == TimelineEvent::Stream::kCompute && e.end_seconds > e.start_seconds) by_rank.at(e.rank).push_back(e);
+  }
+  for (int r = 0; r < s.layout.pp; ++r) {
+    LlmDeviceTimeline& t = out[r];
+    std::sort(by_rank[r].begin(), by_rank[r].end(),
+              [](const TimelineEvent& a, const TimelineEvent& b) { return a.start_seconds < b.start_seconds; });
+    for (const TimelineEvent& e : by_rank[r]) {
+      const bool pass = e.op == OpKind::kForward || e.op == OpKind::kBackward || e.op == OpKind::kBackwardInput ||
+                        e.op == OpKind::kBackwardWeight;
+      const double comm = pass ? std::clamp(e.tp_comm_seconds, 0.0, e.end_seconds - e.start_seconds) : 0.0;
+      if (pass) t.last_pass_end_seconds = std::max(t.last_pass_end_seconds, e.end_seconds);
+      if (comm <= 0) {
+        push_interval(t.compute, e.start_seconds, e.end_seconds);
+        continue;
+      }
+      const double compute = e.end_seconds - e.start_seconds - comm;
+      const std::vector<Kernel> kernels = pattern(e);
+      double pattern_compute = 0, pattern_comm = 0;
+      for (const Kernel& k : kernels) (k.kind == Kernel::Kind::kCompute ? pattern_compute : pattern_comm) += k.seconds;
+      const int64_t reps = std::max<int64_t>(1, blocks[e.stage].count);
+      if (pattern_compute <= 0 || pattern_comm <= 0) {
+        // No kernel list to cut by: the collectives at the end of the pass.
+        push_interval(t.compute, e.start_seconds, e.start_seconds + compute);
+        t.tensor_comm.push_back({e.start_seconds + compute, e.end_seconds});
+        continue;
+      }
+      const double compute_scale = compute / (static_cast<double>(reps) * pattern_compute);
+      const double comm_scale = comm / (static_cast<double>(reps) * pattern_comm);
+      double at = e.start_seconds;
+      for (int64_t rep = 0; rep < reps; ++rep) {
+        for (const Kernel& k : kernels) {
+          const bool is_compute = k.kind == Kernel::Kind::kCompute;
+          const double end = std::min(e.end_seconds, at + k.seconds * (is_compute ? compute_scale : comm_scale));
+          if (is_compute) {
+            push_interval(t.compute, at, end);
+          } else if (end > at) {
+            t.tensor_comm.push_back({at, end});
+          }
+          at = end;
+        }
+      }
+      if (at < e.end_seconds) push_interval(t.compute, at, e.end_seconds);  // rounding
+    }
+    t.end_seconds = llm.result.iteration_seconds;
+  }
+  return out;
+}
+
+EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan) {
+  check_inputs(in);
+  const ModelSpec& model = *in.model;
+  const std::vector<FlatLayer> layers = flat_layers(model);
+  const std::vector<MicroBatchLoad>& loads = step_loads(in, 0);
+  if (static_cast<int>(loads.size()) != in.micro_batches) {
+    throw InputError(fmt::format("the step carries {} micro-batches, the LLM pipeline {}", loads.size(),
+                                 in.micro_batches));
+  }
+  const ParallelLayout& llm = in.llm_layout;
+  TensorSharding sharding;
+  sharding.tp = plan.tp;
+  sharding.sequence_parallel = llm.sequence_parallel && plan.tp > 1;
+  // A layer's backward: whole when it trains; its input gradient alone when only something before it in its
+  // encoder's chain trains (a frozen encoder under a trained projector needs none).
+  std::vector<bool> upstream_trains(layers.size(), false);
+  {
+    bool trains = false;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const ComponentRole role = model.components[layers[i].component].role;
+      if (role == ComponentRole::kEncoder && (i == 0 || layers[i - 1].component != layers[i].component)) {
+        trains = false;  // a new encoder chain starts
+      }
+      upstream_trains[i] = trains;
+      trains = trains || model.components[layers[i].component].trainable;
+    }
+  }
+  EncoderWork out;
+  const int stages = static_cast<int>(plan.stages.size());
+  out.forward.assign(stages, std::vector<std::vector<Kernel>>(in.micro_batches));
+  out.backward.assign(stages, std::vector<std::vector<Kernel>>(in.micro_batches));
+  std::map<LoadKey, int> first_of_load;  // identical loads share their kernels
+  double largest_boundary_bytes = 0;
+  const double element = activation_element_bytes(in.dtype);
+  for (int i = 0; i < in.micro_batches; ++i) {
+    const auto [it, added] = first_of_load.emplace(key_of(loads[i]), i);
+    for (int e = 0; e < stages; ++e) {
+      if (!added) {
+        out.forward[e][i] = out.forward[e][it->second];
+        out.backward[e][i] = out.backward[e][it->second];
+        continue;
+      }
+      std::vector<Kernel>& fwd = out.forward[e][i];
+      std::vector<Kernel>& bwd = out.backward[e][i];
+      std::vector<std::pair<LayerWork, bool>> backward_layers;  // (work, whole backward)
+      for (const StageLayers& range : plan.stages[e].ranges) {
+        for (int32_t l = range.first_layer; l < range.end_layer; ++l) {
+          const FlatLayer& fl = layers[l];
+          if (!fl.runs) continue;
+          LayerWork w;
+          w.layer = fl.spec;
+          w.pass = Pass::kForward;
+          w.batch = component_batch(model, fl.component, loads[i]);
+          if (w.batch.tokens <= 0) continue;
+          w.sharding = sharding;
+          w.trainable = model.components[fl.component].trainable;
+          w.dtype = in.dtype;
+          append(fwd, in.cost->layer_cost(w));
+          if (w.trainable || upstream_trains[l]) backward_layers.emplace_back(w, w.trainable);
+          if (l + 1 == range.end_layer) {
+            largest_boundary_bytes = std::max(
+                largest_boundary_bytes, element * static_cast<double>(w.batch.tokens * fl.spec->hidden));
+          }
+        }
+      }
+      for (auto it_b = backward_layers.rbegin(); it_b != backward_layers.rend(); ++it_b) {
+        LayerWork w = it_b->first;
+        if (it_b->second) {
+          append(bwd, backward_cost(*in.cost, w));
+        } else {
+          w.pass = Pass::kBackwardInput;
+          append(bwd, in.cost->layer_cost(w));
+        }
+      }
+    }
+  }
+  // Pipeline ranks are dp × tp devices apart (tensor parallelism innermost, then data, then pipeline).
+  out.transfer_seconds = p2p_seconds(largest_boundary_bytes, *in.cluster, in.efficiency,
+                                     static_cast<int64_t>(llm.dp) * llm.tp);
+  for (int e = 0; e < stages; ++e) {
+    std::map<int, int64_t> params;
+    for (const StageLayers& range : plan.stages[e].ranges) {
+      for (int32_t l = range.first_layer; l < range.end_layer; ++l) {
+        params[layers[l].component] += layers[l].spec->parameters() / plan.tp;
+      }
+    }
+    double tail = 0;
+    // The encoder's replicas of a stage: one per encoder pipeline of every LLM pipeline, tp devices apart at least.
+    const DeviceGroupShape group{plan.dp, plan.tp};
+    for (const auto& [c, n] : params) {
+      if (!model.components[c].trainable) continue;
+      const bool distributed = llm.state_sharding != StateSharding::kZero0;
+      const double gradient_bytes =
+          (llm.state_sharding == StateSharding::kMegatronDistributedOptimizer ? 4.0 : element) * static_cast<double>(n);
+      if (plan.dp > 1) {
+        tail += collective_seconds(distributed ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce,
+                                   gradient_bytes, *in.cluster, in.efficiency, group);
+        if (distributed) {
+          tail += collective_seconds(CollectiveOp::kAllGather, element * static_cast<double>(n), *in.cluster,
+                                     in.efficiency, group);
+        }
+      }
+      const double shard = distributed ? static_cast<double>(n) / plan.dp : static_cast<double>(n);
+      tail += kOptimizerStepBytesPerParameter * shard / (in.cluster->device.memory_bytes_per_second * in.efficiency.memory);
+    }
+    out.stage_tail_seconds.push_back(tail);
+  }
+  return out;
+}
+
+BubbleProblem encoder_bubble_problem(const OptimusInputs& in, const std::vector<LlmDeviceTimeline>& llm_ranks,
+                                     const DependencyPoints& dependency, const EncoderPlan& plan,
+                                     const EncoderWork& work, const MicroBatchSplit& split) {
+  if (static_cast<int>(split.size()) != plan.pipelines) {
+    throw InputError(fmt::format("a split of {} parts for {} encoder pipelines", split.size(), plan.pipelines));
+  }
+  BubbleProblem p;
+  p.llm_ranks = llm_ranks;
+  p.dependency = dependency;
+  p.transfer_seconds = work.transfer_seconds;
+  p.communication_slowdown = in.cluster->device.communication_shares_compute
+                                 ? in.cluster->device.communication_compute_slowdown
+                                 : kGpuEncoderCollectiveSlowdown;
+  int first = 0;
+  for (int j = 0; j < plan.pipelines; ++j) {
+    EncoderPipelineWork w;
+    const int stages = static_cast<int>(plan.stages.size());
+    w.forward.resize(stages);
+    w.backward.resize(stages);
+    for (int e = 0; e < stages; ++e) {
+      w.stage_rank.push_back(encoder_slot(in.llm_layout, plan, j, e).llm_rank);
+      for (int k = 0; k < split[j]; ++k) {
+        w.forward[e].push_back(work.forward[e].at(first + k));
+        w.backward[e].push_back(work.backward[e].at(first + k));
+      }
+    }
+    w.stage_tail_seconds = work.stage_tail_seconds;
+    first += split[j];
+    p.pipelines.push_back(std::move(w));
+  }
+  return p;
+}
+
+OptimusPlan plan_optimus(const OptimusInputs& in) {
+  check_inputs(in);
+  const auto started = std::chrono::steady_clock::now();
+  OptimusPlan out;
+  out.llm = simulate_llm_alone(in);
+  const std::vector<LlmDeviceTimeline> ranks = llm_device_timelines(in, out.llm);
+  const DependencyPoints dependency = dependency_points(out.llm.result, in.micro_batches);
+  EncoderMemory memory;
+  memory.usable_bytes = in.cluster->usable_memory_bytes();
+  memory.llm_bytes_per_rank = out.llm.result.peak_memory_bytes;
+  const std::vector<EncoderPlan> plans = encoder_plans(*in.model, in.llm_layout, memory, &out.rejected);
+  bool found = false;
+  for (const EncoderPlan& plan : plans) {
+    if (plan.pipelines > in.micro_batches) {
+      out.rejected.push_back(fmt::format("encoder PP {} TP {}: {} encoder pipelines for {} micro-batches", plan.pp,
+                                         plan.tp, plan.pipelines, in.micro_batches));
+      continue;
+    }
+    ++out.encoder_plans;
+    const EncoderWork work = encoder_work(in, plan);
+    const SplitSearchResult best = search_micro_batch_split(
+        in.micro_batches, pipeline_classes(in.llm_layout, plan),
+        [&](const MicroBatchSplit& split) {
+          const BubbleProblem problem = encoder_bubble_problem(in, ranks, dependency, plan, work, split);
+          return schedule_encoder_bubbles(problem, BubbleMode::kFine).pipeline_end_seconds;
+        },
+        in.exhaustive_split_limit);
+    out.splits_evaluated += best.evaluated;
+    if (found && best.seconds >= out.iteration_seconds) continue;
+    found = true;
+    const BubbleProblem problem = encoder_bubble_problem(in, ranks, dependency, plan, work, best.split);
+    out.encoder_plan = plan;
+    out.split = best.split;
+    out.fine = schedule_encoder_bubbles(problem, BubbleMode::kFine);
+    out.coarse = schedule_encoder_bubbles(problem, BubbleMode::kCoarse);
+    out.iteration_seconds = out.fine.iteration_seconds;
+    // Every device's encoder work with no bubble to hide in.
+    double most = 0;
+    for (const EncoderPipelineWork& w : problem.pipelines) {
+      for (size_t e = 0; e < w.stage_rank.size(); ++e) {
+        double seconds = w.stage_tail_seconds[e];
+        for (const auto& pass : w.forward[e]) {
+          for (const Kernel& k : pass) seconds += k.seconds;
+        }
+        for (const auto& pass : w.backward[e]) {
+          for (const Kernel& k : pass) seconds += k.seconds;
+        }
+        most = std::max(most, seconds);
+      }
+    }
+    out.no_bubble_seconds = out.fine.llm_seconds + most;
+  }
+  if (!found) {
+    std::string why;
+    for (const std::string& r : out.rejected) why += "; " + r;
+    throw InputError(fmt::format("no encoder plan of model '{}' suits the LLM plan{}", in.model->name, why));
+  }
+  out.scheduler_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+}  // namespace fulcrum

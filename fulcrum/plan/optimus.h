@@ -1,0 +1,103 @@
+#ifndef FULCRUM_PLAN_OPTIMUS_H_
+#define FULCRUM_PLAN_OPTIMUS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/cost/cost_model.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/model/model_spec.h"
+#include "fulcrum/plan/bubble_scheduler.h"
+#include "fulcrum/plan/dependency_points.h"
+#include "fulcrum/plan/encoder_plan.h"
+#include "fulcrum/sched/schedule.h"
+#include "fulcrum/sim/simulator.h"
+
+namespace fulcrum {
+
+// Optimus end to end (reference/optimus.md): the LLM runs alone on its pipeline, its blocks split evenly with no
+// encoder in its first stage; the encoders get their own plan over the same devices; their kernels go into the
+// LLM's bubbles. What is searched: every encoder plan that fits, and for each the split of the micro-batches
+// among its encoder pipelines; the schedule of each candidate is the fine bubble schedule.
+
+// LLM compute a GPU loses per second of encoder collective running beside it. NCCL's kernels hold SMs (16–32
+// channels of an H100's 132) and HBM bandwidth while they run, so an LLM kernel beside them runs slower; 0.15
+// charges that as 15% of the collective's time. Devices whose communication shares the compute cores (the cpu
+// kind) are charged their own communication_compute_slowdown instead.
+inline constexpr double kGpuEncoderCollectiveSlowdown = 0.15;
+
+// The model without its encoders and projectors: what the LLM pipeline runs. InputError without an LLM.
+ModelSpec llm_only(const ModelSpec& model);
+
+struct OptimusInputs {
+  const ModelSpec* model = nullptr;  // encoders (and projectors) and the LLM
+  const ClusterSpec* cluster = nullptr;
+  const CostModel* cost = nullptr;
+  DeviceEfficiency efficiency;
+  ParallelLayout llm_layout;  // encoder_tp is not used: the encoders get their own plans
+  PipelineKind llm_schedule = PipelineKind::kInterleaved;
+  Recompute llm_recompute = Recompute::kFull;  // of the LLM's blocks, as Megatron-LM's baseline runs
+  int micro_batches = 0;                       // per LLM pipeline
+  MicroBatchLoads loads;                       // one step's, as the simulator takes them
+  Dtype dtype = Dtype::kBf16;
+  // Splits of one encoder plan evaluated exhaustively up to this count; beyond, the descent of
+  // search_micro_batch_split.
+  int64_t exhaustive_split_limit = 64;
+};
+
+// The LLM pipeline simulated alone, with its timeline.
+struct LlmAlone {
+  ModelSpec model;
+  Schedule schedule;
+  SimResult result;
+};
+LlmAlone simulate_llm_alone(const OptimusInputs& in);
+
+// Each LLM pipeline rank's device as the bubble scheduler sees it. A simulated pass is one interval with its
+// tensor-parallel share; it is cut back into kernels by the cost model's kernel list of one of the stage's
+// transformer blocks (with its recomputation, for a backward), repeated once per block and scaled so that the
+// compute and the collectives add up to what the simulator gave the pass. The optimizer step is compute.
+std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, const LlmAlone& llm);
+
+// The kernels of an encoder plan's passes, per stage and LLM micro-batch (whose load each encoder micro-batch
+// carries), and what a stage does after its last backward.
+struct EncoderWork {
+  std::vector<std::vector<std::vector<Kernel>>> forward;   // [stage][LLM micro-batch]
+  std::vector<std::vector<std::vector<Kernel>>> backward;  // [stage][LLM micro-batch]; empty when frozen
+  std::vector<double> stage_tail_seconds;  // gradient reduce-scatter over the encoder's DP, optimizer step,
+                                           // parameter all-gather
+  double transfer_seconds = 0;             // largest activation between encoder stages or into the LLM
+};
+EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan);
+
+// The bubble problem of `plan` with `split`: encoder pipeline j carries the LLM micro-batches
+// [split[0] + … + split[j − 1], + split[j]).
+BubbleProblem encoder_bubble_problem(const OptimusInputs& in, const std::vector<LlmDeviceTimeline>& llm_ranks,
+                                     const DependencyPoints& dependency, const EncoderPlan& plan,
+                                     const EncoderWork& work, const MicroBatchSplit& split);
+
+struct OptimusPlan {
+  LlmAlone llm;
+  EncoderPlan encoder_plan;
+  MicroBatchSplit split;
+  BubbleSchedule coarse;  // of the chosen plan and split
+  BubbleSchedule fine;
+  double iteration_seconds = 0;  // the fine schedule's
+  // The same plans with the encoder's work on its devices outside any bubble: the LLM alone plus the most
+  // encoder work (forward, backward, tail) any device does. What stage rebalancing alone gives.
+  double no_bubble_seconds = 0;
+  int encoder_plans = 0;         // that fit, each searched
+  int64_t splits_evaluated = 0;  // bubble schedules made in the search
+  std::vector<std::string> rejected;  // encoder plans ruled out, and why
+  double scheduler_seconds = 0;       // wall time of the encoder-plan × split search
+};
+
+// The best encoder plan and split by the fine schedule's iteration time (ties: the earlier plan, in
+// encoder_plans' order). InputError when the model has no encoder or no encoder plan fits.
+OptimusPlan plan_optimus(const OptimusInputs& in);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PLAN_OPTIMUS_H_

@@ -1,0 +1,206 @@
+#include "fulcrum/plan/optimus.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/model/model_presets.h"
+
+namespace fulcrum {
+namespace {
+
+double kernel_seconds(const std::vector<Kernel>& kernels) {
+  double s = 0;
+  for (const Kernel& k : kernels) s += k.seconds;
+  return s;
+}
+
+// The paper's 8-GPU example (Fig. 5): the LLM on DP 1, PP 4, TP 2; 8 micro-batches of 2 samples of 2,048 tokens
+// and one 256-token image each.
+struct EightGpus {
+  ModelSpec model = model_preset("vit-3b+gpt-11b");
+  ClusterSpec cluster = cluster_preset("h100:8");
+  AnalyticCost cost{cluster};
+  OptimusInputs in;
+
+  EightGpus() {
+    in.model = &model;
+    in.cluster = &cluster;
+    in.cost = &cost;
+    in.efficiency = cost.efficiency();
+    in.llm_layout.dp = 1;
+    in.llm_layout.pp = 4;
+    in.llm_layout.tp = 2;
+    in.llm_layout.sequence_parallel = true;
+    in.llm_schedule = PipelineKind::kOneFOneB;
+    in.micro_batches = 8;
+    in.loads = uniform_loads(8, 2, 2048, 1);
+  }
+};
+
+TEST(Optimus, TheLlmAloneKeepsOnlyTheLlm) {
+  const ModelSpec model = model_preset("vit-3b+gpt-11b");
+  const ModelSpec llm = llm_only(model);
+  ASSERT_EQ(llm.components.size(), 1u);
+  EXPECT_EQ(llm.components[0].role, ComponentRole::kLlm);
+  EXPECT_EQ(llm.components[0], model.components.back());
+  ModelSpec encoders_only = model;
+  encoders_only.components.pop_back();
+  EXPECT_THROW(llm_only(encoders_only), InputError);
+}
+
+// Each rank's compute and tensor-parallel stretches are what the simulator gave its passes, cut up: the same
+// totals, in order, never overlapping.
+TEST(Optimus, LlmTimelinesAddUpToTheSimulatedPasses) {
+  EightGpus g;
+  const LlmAlone llm = simulate_llm_alone(g.in);
+  EXPECT_EQ(llm.schedule.stages.front().first_layer, 0);  // no encoder in the LLM's first stage
+  const std::vector<LlmDeviceTimeline> ranks = llm_device_timelines(g.in, llm);
+  ASSERT_EQ(ranks.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    double busy = 0, tensor = 0, last_pass = 0;
+    for (const TimelineEvent& e : llm.result.timeline) {
+      if (e.rank != r || e.stream != TimelineEvent::Stream::kCompute) continue;
+      busy += e.end_seconds - e.start_seconds;
+      tensor += e.tp_comm_seconds;
+      if (e.op != OpKind::kCollective) last_pass = std::max(last_pass, e.end_seconds);
+    }
+    ASSERT_GT(tensor, 0) << "rank " << r << ": TP 2 with sequence parallelism has layer collectives";
+    double compute = 0, comm = 0;
+    for (size_t i = 0; i < ranks[r].compute.size(); ++i) {
+      const TimeInterval& t = ranks[r].compute[i];
+      ASSERT_LT(t.start_seconds, t.end_seconds);
+      if (i > 0) {
+        ASSERT_GT(t.start_seconds, ranks[r].compute[i - 1].end_seconds);
+      }
+      compute += t.end_seconds - t.start_seconds;
+    }
+    for (const TimeInterval& t : ranks[r].tensor_comm) {
+      comm += t.end_seconds - t.start_seconds;
+      // Off the compute stretches.
+      for (const TimeInterval& c : ranks[r].compute) {
+        ASSERT_GE(std::max(t.start_seconds, c.start_seconds), std::min(t.end_seconds, c.end_seconds) - 1e-12);
+      }
+    }
+    EXPECT_NEAR(comm, tensor, 1e-9 * busy) << "rank " << r;
+    EXPECT_NEAR(compute + comm, busy, 1e-9 * busy) << "rank " << r;
+    EXPECT_DOUBLE_EQ(ranks[r].last_pass_end_seconds, last_pass);
+    EXPECT_DOUBLE_EQ(ranks[r].end_seconds, llm.result.iteration_seconds);
+  }
+}
+
+// Each encoder micro-batch carries its LLM micro-batch's images: twice the images, twice the encoder tokens.
+TEST(Optimus, EncoderWorkFollowsEachMicroBatchsImages) {
+  EightGpus g;
+  g.in.loads.per_replica[0][3].vision *= 2;
+  EncoderPlan plan;
+  for (const EncoderPlan& p : encoder_plans(g.model, g.in.llm_layout, {{0, 0, 0, 0}, 1e18})) {
+    if (p.pp == 2 && p.tp == 2) plan = p;
+  }
+  ASSERT_EQ(plan.pipelines, 2);
+  const EncoderWork work = encoder_work(g.in, plan);
+  ASSERT_EQ(work.forward.size(), 2u);
+  ASSERT_EQ(work.forward[0].size(), 8u);
+  // Items of a fixed size: every layer's work is per item, so twice the items is exactly twice the FLOPs (and
+  // more time, though less than twice: per-kernel latencies do not grow).
+  auto flops = [](const std::vector<Kernel>& kernels) {
+    double f = 0;
+    for (const Kernel& k : kernels) f += k.flops;
+    return f;
+  };
+  EXPECT_NEAR(flops(work.forward[0][3]), 2 * flops(work.forward[0][0]), 1e-9 * flops(work.forward[0][3]));
+  EXPECT_GT(kernel_seconds(work.forward[0][3]), kernel_seconds(work.forward[0][0]));
+  EXPECT_DOUBLE_EQ(kernel_seconds(work.forward[1][0]), kernel_seconds(work.forward[1][7]));
+  EXPECT_GT(kernel_seconds(work.backward[0][0]), kernel_seconds(work.forward[0][0]));
+  EXPECT_GT(work.transfer_seconds, 0);
+  ASSERT_EQ(work.stage_tail_seconds.size(), 2u);
+  EXPECT_GT(work.stage_tail_seconds[0], 0);
+}
+
+// A frozen encoder under a trained projector: no backward on the encoder's own stage, only the projector's in
+// the last; everything frozen: no backward at all, and no gradient tail.
+TEST(Optimus, FrozenEncoderRunsForwardOnly) {
+  EightGpus g;
+  ModelSpec frozen = g.model;
+  for (ComponentSpec& c : frozen.components) {
+    if (c.role == ComponentRole::kEncoder) c.trainable = false;
+  }
+  g.in.model = &frozen;
+  EncoderPlan plan;
+  for (const EncoderPlan& p : encoder_plans(frozen, g.in.llm_layout, {{0, 0, 0, 0}, 1e18})) {
+    if (p.pp == 2 && p.tp == 1) plan = p;
+  }
+  ASSERT_EQ(plan.pp, 2);
+  EncoderWork work = encoder_work(g.in, plan);
+  EXPECT_TRUE(work.backward[0][0].empty());
+  EXPECT_FALSE(work.backward[1][0].empty());
+  EXPECT_LT(kernel_seconds(work.backward[1][0]), kernel_seconds(work.forward[1][0]));
+  for (ComponentSpec& c : frozen.components) {
+    if (c.role == ComponentRole::kProjector) c.trainable = false;
+  }
+  work = encoder_work(g.in, plan);
+  for (const auto& stage : work.backward) {
+    for (const auto& pass : stage) EXPECT_TRUE(pass.empty());
+  }
+  EXPECT_DOUBLE_EQ(work.stage_tail_seconds[0], 0);
+  EXPECT_DOUBLE_EQ(work.stage_tail_seconds[1], 0);
+  // The schedule then holds forward kernels only, and still meets every F_i.
+  g.in.exhaustive_split_limit = 16;
+  const OptimusPlan best = plan_optimus(g.in);
+  for (const PlacedKernel& k : best.fine.kernels) EXPECT_FALSE(k.backward);
+  const BubbleProblem problem = encoder_bubble_problem(
+      g.in, llm_device_timelines(g.in, best.llm), dependency_points(best.llm.result, 8), best.encoder_plan,
+      encoder_work(g.in, best.encoder_plan), best.split);
+  EXPECT_TRUE(check_bubble_schedule(problem, best.fine).empty());
+}
+
+// The search returns the best of every plan and every split (all evaluated here), and what it returns holds.
+TEST(Optimus, SearchFindsTheBestPlanAndSplitOfTheEightGpuExample) {
+  EightGpus g;
+  g.in.exhaustive_split_limit = 1 << 20;
+  const OptimusPlan best = plan_optimus(g.in);
+  const std::vector<LlmDeviceTimeline> ranks = llm_device_timelines(g.in, best.llm);
+  const DependencyPoints dep = dependency_points(best.llm.result, 8);
+  EncoderMemory memory{best.llm.result.peak_memory_bytes, g.cluster.usable_memory_bytes()};
+  double brute = INFINITY;
+  int plans = 0;
+  int64_t splits = 0;
+  for (const EncoderPlan& plan : encoder_plans(g.model, g.in.llm_layout, memory)) {
+    if (plan.pipelines > 8) continue;
+    ++plans;
+    const EncoderWork work = encoder_work(g.in, plan);
+    for (const MicroBatchSplit& split :
+         micro_batch_splits(8, pipeline_classes(g.in.llm_layout, plan), 1 << 20)) {
+      ++splits;
+      const BubbleSchedule s =
+          schedule_encoder_bubbles(encoder_bubble_problem(g.in, ranks, dep, plan, work, split), BubbleMode::kFine);
+      brute = std::min(brute, s.iteration_seconds);
+    }
+  }
+  EXPECT_EQ(best.encoder_plans, plans);
+  EXPECT_EQ(best.splits_evaluated, splits);
+  EXPECT_DOUBLE_EQ(best.iteration_seconds, brute);
+
+  const BubbleProblem problem = encoder_bubble_problem(g.in, ranks, dep, best.encoder_plan,
+                                                       encoder_work(g.in, best.encoder_plan), best.split);
+  EXPECT_TRUE(check_bubble_schedule(problem, best.fine).empty());
+  EXPECT_TRUE(check_bubble_schedule(problem, best.coarse).empty());
+  // The encoder costs something, bubbles hide some of it, and the fine step hides no less than the coarse.
+  EXPECT_GE(best.iteration_seconds, best.llm.result.iteration_seconds);
+  EXPECT_LE(best.iteration_seconds, best.coarse.iteration_seconds + 1e-12);
+  EXPECT_LT(best.iteration_seconds, best.no_bubble_seconds);
+  EXPECT_GE(best.fine.efficiency, best.coarse.efficiency - 1e-12);
+  EXPECT_GT(best.scheduler_seconds, 0);
+}
+
+TEST(Optimus, RefusesAModelWithoutEncoder) {
+  EightGpus g;
+  const ModelSpec llm = llm_only(g.model);
+  g.in.model = &llm;
+  EXPECT_THROW(plan_optimus(g.in), InputError);
+}
+
+}  // namespace
+}  // namespace fulcrum
