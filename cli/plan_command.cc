@@ -143,6 +143,8 @@ void run_plan(const PlanOptions& o) {
   request.threads = o.threads;
   request.progress = !o.quiet;
   request.llm_in_every_stage = o.megatron_layout;
+  // A schedule file, an exporter and Megatron-LM's layout all need one pipeline over the whole model.
+  request.encoder_bubbles = o.out.empty() && o.exporter.empty() && !o.megatron_layout;
   if (o.threads < 1) throw InputError(fmt::format("--threads must be at least 1, got {}", o.threads));
   if (o.image_tokens > 0) {
     for (ComponentSpec& c : request.model.components) {

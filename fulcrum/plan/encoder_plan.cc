@@ -273,7 +273,7 @@ std::vector<MicroBatchSplit> micro_batch_splits(int micro_batches, const std::ve
 
 SplitSearchResult search_micro_batch_split(int micro_batches, const std::vector<int>& classes,
                                            const std::function<PipelineSeconds(const MicroBatchSplit&)>& evaluate,
-                                           int64_t exhaustive_limit) {
+                                           int64_t exhaustive_limit, int64_t evaluation_budget) {
   const int m = static_cast<int>(classes.size());
   const int64_t count = count_micro_batch_splits(micro_batches, classes);
   // A split's rank: its pipelines' times longest first, then the split itself.
@@ -303,26 +303,39 @@ SplitSearchResult search_micro_batch_split(int micro_batches, const std::vector<
     for (const MicroBatchSplit& split : micro_batch_splits(micro_batches, classes, exhaustive_limit)) rank(split);
     result.exhaustive = true;
   } else {
-    // Steepest descent from the even split over single moves, stopping when no move improves.
+    // Steepest descent from the even split over single moves, stopping when no move improves. Only a move
+    // out of a longest pipeline can shorten the step, so those are tried first (m − 1 of them per longest
+    // pipeline); the other moves, which can only settle ties below the longest, when none of those helps.
     MicroBatchSplit even(m, micro_batches / m);
     for (int j = 0; j < micro_batches % m; ++j) ++even[j];
     sort_within_classes(even, classes);
     Ranked current = rank(even);
     std::set<MicroBatchSplit> seen = {even};
-    for (;;) {
+    auto best_move = [&](bool from_longest_only) {
       std::optional<Ranked> next;
+      const double longest = current.longest_first.front();
       for (int x = 0; x < m; ++x) {
         if (current.split[x] <= 1) continue;
+        if (from_longest_only && current.pipelines[x] < longest) continue;
         for (int y = 0; y < m; ++y) {
           if (y == x) continue;
           MicroBatchSplit moved = current.split;
           --moved[x];
           ++moved[y];
           sort_within_classes(moved, classes);
+          if (result.evaluated >= evaluation_budget) return next;
           if (!seen.insert(moved).second) continue;
           Ranked r = rank(moved);
           if (!next || r < *next) next = std::move(r);
         }
+      }
+      return next;
+    };
+    for (;;) {
+      std::optional<Ranked> next = best_move(true);
+      if (!next || !(next->longest_first < current.longest_first)) {
+        std::optional<Ranked> other = best_move(false);
+        if (other && (!next || *other < *next)) next = std::move(other);
       }
       if (!next || !(next->longest_first < current.longest_first)) break;
       current = std::move(*next);

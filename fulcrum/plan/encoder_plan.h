@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -92,11 +93,13 @@ struct SplitSearchResult {
 // most `exhaustive_limit` splits, all are evaluated. Beyond that, a descent from the even split moves one
 // micro-batch from one pipeline to another while that helps, so the search never enumerates C(N − 1, m − 1)
 // splits when that is large; comparing every pipeline and not only the longest is what lets one move help when
-// several pipelines tie for the longest. InputError when there are fewer micro-batches than pipelines, or when
+// several pipelines tie for the longest. The descent stops once `evaluation_budget` splits have been evaluated
+// (the best so far is the answer). InputError when there are fewer micro-batches than pipelines, or when
 // `evaluate` does not give one time per pipeline.
 SplitSearchResult search_micro_batch_split(int micro_batches, const std::vector<int>& classes,
                                            const std::function<PipelineSeconds(const MicroBatchSplit&)>& evaluate,
-                                           int64_t exhaustive_limit = 4096);
+                                           int64_t exhaustive_limit = 4096,
+                                           int64_t evaluation_budget = std::numeric_limits<int64_t>::max());
 
 }  // namespace fulcrum
 

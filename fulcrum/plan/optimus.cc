@@ -96,9 +96,19 @@ LlmAlone simulate_llm_alone(const OptimusInputs& in) {
   layout.encoder_tp = 0;
   PipelineKind kind = in.llm_schedule;
   if (layout.vpp == 1 && kind == PipelineKind::kInterleaved) kind = PipelineKind::kOneFOneB;
-  out.schedule = make_pipeline_schedule(kind, layout, in.micro_batches,
-                                        partition_layers(out.model, layout.stages(), EncoderPlacement::kFirstStage),
-                                        block_recompute(out.model, in.llm_recompute));
+  if (in.llm_schedule_given) {
+    const ParallelLayout& given = in.llm_schedule_given->layout;
+    if (given.dp != layout.dp || given.tp != layout.tp || given.pp != layout.pp || given.vpp != layout.vpp ||
+        in.llm_schedule_given->micro_batches != in.micro_batches ||
+        in.llm_schedule_given->model_layers != flattened_layers(out.model)) {
+      throw InputError("the LLM schedule given to Optimus does not fit its layout, micro-batches or layers");
+    }
+    out.schedule = *in.llm_schedule_given;
+  } else {
+    out.schedule = make_pipeline_schedule(kind, layout, in.micro_batches,
+                                          partition_layers(out.model, layout.stages(), EncoderPlacement::kFirstStage),
+                                          block_recompute(out.model, in.llm_recompute));
+  }
   SimOptions options;
   options.timeline = true;
   options.dtype = in.dtype;
@@ -213,11 +223,11 @@ std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, con
   return out;
 }
 
-EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan) {
+EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int replica) {
   check_inputs(in);
   const ModelSpec& model = *in.model;
   const std::vector<FlatLayer> layers = flat_layers(model);
-  const std::vector<MicroBatchLoad>& loads = step_loads(in, 0);
+  const std::vector<MicroBatchLoad>& loads = step_loads(in, replica);
   if (static_cast<int>(loads.size()) != in.micro_batches) {
     throw InputError(fmt::format("the step carries {} micro-batches, the LLM pipeline {}", loads.size(),
                                  in.micro_batches));
@@ -375,14 +385,14 @@ OptimusPlan plan_optimus(const OptimusInputs& in) {
       continue;
     }
     ++out.encoder_plans;
-    const EncoderWork work = encoder_work(in, plan);
+    const EncoderWork work = encoder_work(in, plan, out.llm.result.timeline_replica);
     const SplitSearchResult best = search_micro_batch_split(
         in.micro_batches, pipeline_classes(in.llm_layout, plan),
         [&](const MicroBatchSplit& split) {
           const BubbleProblem problem = encoder_bubble_problem(in, ranks, dependency, plan, work, split);
           return schedule_encoder_bubbles(problem, BubbleMode::kFine).pipeline_end_seconds;
         },
-        in.exhaustive_split_limit);
+        in.exhaustive_split_limit, in.split_evaluation_budget);
     out.splits_evaluated += best.evaluated;
     if (found && best.seconds >= out.iteration_seconds) continue;
     found = true;

@@ -39,12 +39,17 @@ struct OptimusInputs {
   ParallelLayout llm_layout;  // encoder_tp is not used: the encoders get their own plans
   PipelineKind llm_schedule = PipelineKind::kInterleaved;
   Recompute llm_recompute = Recompute::kFull;  // of the LLM's blocks, as Megatron-LM's baseline runs
+  // The LLM's own schedule over llm_only(model)'s layers (its partition, recomputation and pipeline schedule
+  // planned by another strategy) instead of the even split above; its layout must be llm_layout's.
+  const Schedule* llm_schedule_given = nullptr;
   int micro_batches = 0;                       // per LLM pipeline
   MicroBatchLoads loads;                       // one step's, as the simulator takes them
   Dtype dtype = Dtype::kBf16;
   // Splits of one encoder plan evaluated exhaustively up to this count; beyond, the descent of
   // search_micro_batch_split.
   int64_t exhaustive_split_limit = 64;
+  // Beyond it, the descent evaluates at most this many splits per encoder plan.
+  int64_t split_evaluation_budget = 256;
 };
 
 // The LLM pipeline simulated alone, with its timeline.
@@ -62,7 +67,8 @@ LlmAlone simulate_llm_alone(const OptimusInputs& in);
 std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, const LlmAlone& llm);
 
 // The kernels of an encoder plan's passes, per stage and LLM micro-batch (whose load each encoder micro-batch
-// carries), and what a stage does after its last backward.
+// carries) of data-parallel replica `replica` (the one whose LLM timeline is scheduled against), and what a
+// stage does after its last backward.
 struct EncoderWork {
   std::vector<std::vector<std::vector<Kernel>>> forward;   // [stage][LLM micro-batch]
   std::vector<std::vector<std::vector<Kernel>>> backward;  // [stage][LLM micro-batch]; empty when frozen
@@ -70,7 +76,7 @@ struct EncoderWork {
                                            // parameter all-gather
   double transfer_seconds = 0;             // largest activation between encoder stages or into the LLM
 };
-EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan);
+EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int replica = 0);
 
 // The bubble problem of `plan` with `split`: encoder pipeline j carries the LLM micro-batches
 // [split[0] + … + split[j − 1], + split[j]).

@@ -70,6 +70,7 @@ Recipe recipe_of(Strategy strategy) {
       r.partition = PartitionMethod::kExact;
       r.adaptive_recompute = true;
       r.zero_bubble = true;
+      r.try_encoder_bubbles = true;
       break;
   }
   return r;
@@ -88,8 +89,11 @@ std::vector<Recipe> ablation_recipes() {
   r.name = "+ recomputation";
   r.adaptive_recompute = true;
   steps.push_back(r);
-  r.name = "+ zero-bubble (fulcrum)";
+  r.name = "+ zero-bubble";
   r.zero_bubble = true;
+  steps.push_back(r);
+  r.name = "+ encoders in bubbles (fulcrum)";
+  r.try_encoder_bubbles = true;
   steps.push_back(r);
   return steps;
 }
@@ -186,7 +190,13 @@ class Planner {
     plan.candidates = static_cast<int>(configs.size());
     plan.feasible = feasible;
     if (recipe_.encoder_in_bubbles) move_encoders_into_bubbles(plan);
+    if (recipe_.try_encoder_bubbles && r_.encoder_bubbles) try_encoder_bubbles(plan);
     return plan;
+  }
+
+  // The sampled steps a configuration was simulated on.
+  const LoadSet& loads_of(const ParallelConfig& c) const {
+    return loads_.at(std::make_tuple(recipe_.batcher, c.dp, micro_batches_of(c)));
   }
 
  private:
@@ -616,46 +626,128 @@ class Planner {
   // Optimus on the chosen LLM plan: the encoder plan and split searched on the first sampled step, then the
   // same plan and split scheduled on every sampled step for the mean iteration time.
   void move_encoders_into_bubbles(TrainingPlan& plan) const {
+    const OptimusOutcome o = encoders_in_bubbles(plan, nullptr, loads_of(plan.config));
+    adopt(plan, o, loads_of(plan.config));
+  }
+
+  void try_encoder_bubbles(TrainingPlan& plan) const {
+    bool has_encoder = false;
+    for (const ComponentSpec& c : r_.model.components) has_encoder = has_encoder || c.role == ComponentRole::kEncoder;
+    if (!has_encoder) return;
+    PlanRequest sub = r_;
+    sub.model = llm_only(r_.model);
+    sub.pinned.reset();
+    sub.progress = false;
+    sub.llm_in_every_stage = false;
+    Recipe recipe = recipe_;
+    recipe.try_encoder_bubbles = false;
+    // Two LLM plans to fill: this configuration (with fewer chunks per rank where the LLM alone has too few
+    // blocks for its chunks), and the LLM's own best configuration alone (unless the request pins one).
+    std::vector<std::optional<ParallelConfig>> configs;
+    for (int vpp = plan.config.vpp; vpp >= 1; vpp /= 2) {
+      if (static_cast<int64_t>(plan.config.pp) * vpp > llm_blocks_) continue;
+      ParallelConfig c = plan.config;
+      c.vpp = vpp;
+      configs.push_back(c);
+      break;
+    }
+    if (!r_.config) configs.push_back(std::nullopt);
+    for (const std::optional<ParallelConfig>& config : configs) {
+      sub.config = config;
+      try {
+        // Room for the encoders' state: the least any encoder plan of the configuration keeps on a device.
+        sub.cluster = r_.cluster;
+        Planner probe(recipe, sub);
+        const TrainingPlan first = probe.run();
+        const ParallelLayout layout = layout_of(first.config);
+        double least = std::numeric_limits<double>::infinity();
+        for (const EncoderPlan& e : encoder_plans(r_.model, layout, {std::vector<double>(layout.pp, 0.0), INFINITY})) {
+          least = std::min(least, *std::max_element(e.stage_state_bytes.begin(), e.stage_state_bytes.end()));
+        }
+        if (!std::isfinite(least)) continue;
+        sub.config = first.config;
+        sub.cluster.reserve_bytes += least;
+        Planner llm_planner(recipe, sub);
+        const TrainingPlan llm_plan = llm_planner.run();
+        const LoadSet& loads = llm_planner.loads_of(llm_plan.config);
+        // A smaller split search than `optimus`'s own: this runs beside a whole configuration search.
+        const OptimusOutcome o = encoders_in_bubbles(plan, &llm_plan.schedule, loads, kTrySplitEvaluations);
+        if (o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
+          adopt(plan, o, loads);
+          plan.config = llm_plan.config;
+          plan.micro_batches = llm_plan.micro_batches;
+        }
+      } catch (const InputError&) {
+        // No encoder plan fits beside this LLM plan, or the LLM alone fits no schedule: nothing to adopt.
+      }
+    }
+  }
+
+  struct OptimusOutcome {
+    std::shared_ptr<OptimusPlan> optimus;
+    double mean_iteration_seconds = 0;
+  };
+
+  // The encoders of `plan`'s model on their own plan in the bubbles of its LLM (`llm_schedule`, or the even
+  // split), searched on the first step of `loads` and scheduled on every one.
+  static constexpr int64_t kTrySplitEvaluations = 16;
+
+  OptimusOutcome encoders_in_bubbles(const TrainingPlan& plan, const Schedule* llm_schedule, const LoadSet& loads,
+                                     int64_t split_evaluation_budget = OptimusInputs{}.split_evaluation_budget) const {
     const ParallelConfig& c = plan.config;
-    const LoadSet& loads = loads_.at(std::make_tuple(recipe_.batcher, c.dp, micro_batches_of(c)));
     OptimusInputs in;
     in.model = &r_.model;
     in.cluster = &r_.cluster;
     in.cost = &cost();
     in.efficiency = analytic_.efficiency();
-    in.llm_layout = layout_of(c);
+    in.llm_layout = llm_schedule ? llm_schedule->layout : layout_of(c);
     in.llm_schedule = c.schedule;
     in.llm_recompute = Recompute::kFull;
-    in.micro_batches = micro_batches_of(c);
+    in.llm_schedule_given = llm_schedule;
+    in.micro_batches = llm_schedule ? llm_schedule->micro_batches : micro_batches_of(c);
     in.dtype = r_.dtype;
     in.loads = loads.steps.front();
-    auto optimus = std::make_shared<OptimusPlan>(plan_optimus(in));
-    double sum = optimus->iteration_seconds;
+    in.split_evaluation_budget = split_evaluation_budget;
+    in.exhaustive_split_limit = std::min(in.exhaustive_split_limit, split_evaluation_budget);
+    OptimusOutcome out;
+    out.optimus = std::make_shared<OptimusPlan>(plan_optimus(in));
+    double sum = out.optimus->iteration_seconds;
     for (size_t k = 1; k < loads.steps.size(); ++k) {
       in.loads = loads.steps[k];
       const LlmAlone llm = simulate_llm_alone(in);
       const BubbleProblem problem = encoder_bubble_problem(
-          in, llm_device_timelines(in, llm), dependency_points(llm.result, in.micro_batches), optimus->encoder_plan,
-          encoder_work(in, optimus->encoder_plan), optimus->split);
+          in, llm_device_timelines(in, llm), dependency_points(llm.result, in.micro_batches), out.optimus->encoder_plan,
+          encoder_work(in, out.optimus->encoder_plan, llm.result.timeline_replica), out.optimus->split);
       sum += schedule_encoder_bubbles(problem, BubbleMode::kFine).iteration_seconds;
     }
-    // The whole model's FLOPs (the plan's own simulation counted them) over the new iteration time.
+    out.mean_iteration_seconds = sum / static_cast<double>(loads.steps.size());
+    return out;
+  }
+
+  // `plan` becomes the LLM alone with the encoders in its bubbles: the whole model's FLOPs (the plan's own
+  // simulation counted them) over the new iteration time.
+  void adopt(TrainingPlan& plan, const OptimusOutcome& o, const LoadSet& loads) const {
+    const OptimusPlan& op = *o.optimus;
     const double model_flops = plan.detail.model_flops;
     const double hardware_flops = plan.detail.hardware_flops;
-    plan.iteration_seconds = sum / static_cast<double>(loads.steps.size());
+    plan.iteration_seconds = o.mean_iteration_seconds;
+    plan.steps_per_epoch = loads.steps_per_epoch;
+    plan.samples_per_step = loads.samples_per_step;
     plan.epoch_seconds = plan.iteration_seconds * static_cast<double>(loads.steps_per_epoch);
-    plan.schedule = optimus->llm.schedule;
-    plan.detail = optimus->llm.result;
-    plan.detail.iteration_seconds = optimus->iteration_seconds;
+    plan.schedule = op.llm.schedule;
+    plan.config.schedule = op.llm.schedule.kind;
+    plan.detail = op.llm.result;
+    plan.detail.iteration_seconds = op.iteration_seconds;
     plan.detail.model_flops = model_flops;
     plan.detail.hardware_flops = hardware_flops;
     const double peak = static_cast<double>(plan.detail.devices) * r_.cluster.device.bf16_flops_per_second;
-    plan.detail.mfu = peak > 0 ? model_flops / (optimus->iteration_seconds * peak) : 0;
-    plan.detail.hfu = peak > 0 ? hardware_flops / (optimus->iteration_seconds * peak) : 0;
+    plan.detail.mfu = peak > 0 ? model_flops / (op.iteration_seconds * peak) : 0;
+    plan.detail.hfu = peak > 0 ? hardware_flops / (op.iteration_seconds * peak) : 0;
+    const int per_stage = plan.config.pp / op.encoder_plan.pp;
     for (int r = 0; r < static_cast<int>(plan.detail.peak_memory_bytes.size()); ++r) {
-      plan.detail.peak_memory_bytes[r] += optimus->encoder_plan.stage_state_bytes[r / (c.pp / optimus->encoder_plan.pp)];
+      plan.detail.peak_memory_bytes[r] += op.encoder_plan.stage_state_bytes[r / per_stage];
     }
-    plan.optimus = std::move(optimus);
+    plan.optimus = o.optimus;
   }
 
   // Simulates `schedule` on the sampled steps (a screening pass: two of them).

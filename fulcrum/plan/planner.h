@@ -30,7 +30,8 @@ namespace fulcrum {
 //             split evenly), the encoders on their own plan over the same devices, their kernels scheduled into
 //             the LLM's bubbles (optimus.h)
 //   fulcrum   Fulcrum's batches, the exact min-max partition (boundary transfers included), adaptive
-//             recomputation, and the full search (zero-bubble schedules, ZeRO-3 without a pipeline)
+//             recomputation, and the full search (zero-bubble schedules, ZeRO-3 without a pipeline); then the
+//             encoders in the LLM's bubbles where that is faster
 // Every searched configuration uses sequence parallelism with tensor parallelism, and the distributed optimizer
 // with data parallelism.
 enum class Strategy { kZero3, kMegatron, kBalanced, kOmnibal, kOptimus, kFulcrum };
@@ -54,6 +55,10 @@ struct Recipe {
   // The best plan's encoders then move out of its pipeline onto their own plan, their work into the LLM's
   // bubbles (plan_optimus); the LLM plan itself stays as searched.
   bool encoder_in_bubbles = false;
+  // After the search: the same configuration planned again for the LLM alone (this recipe's batches, partition,
+  // recomputation and schedules, memory kept back for the encoders' state), the encoders on their own plan in
+  // its bubbles; kept when that epoch is faster.
+  bool try_encoder_bubbles = false;
 };
 Recipe recipe_of(Strategy strategy);
 
@@ -101,6 +106,9 @@ struct PlanRequest {
   // Every stage holds at least one LLM layer (what Megatron-LM's pipeline layout can express: encoders then go
   // in the first stage with LLM layers).
   bool llm_in_every_stage = false;
+  // Recipes with try_encoder_bubbles may move the encoders into the LLM's bubbles. Off where the plan must be
+  // one pipeline over the whole model (a schedule file, an exporter, Megatron-LM's layout).
+  bool encoder_bubbles = true;
   int sampled_steps = 8;  // steps of the epoch simulated per candidate, spread evenly; their mean is used
   int threads = 2;
   bool progress = true;  // a progress bar on stderr when it is a terminal
@@ -119,7 +127,7 @@ struct TrainingPlan {
   SimResult detail;              // the first simulated step
   int candidates = 0;            // configurations evaluated
   int feasible = 0;              // of which fit in memory
-  // With encoder_in_bubbles: the encoder plan, split and bubble schedules (of the first simulated step).
+  // With the encoders in bubbles: the encoder plan, split and bubble schedules (of the first simulated step).
   // `schedule` and `detail` are then the LLM's alone (optimus->llm.model's layers); iteration and epoch times,
   // MFU and HFU are the whole model's, encoders in bubbles included.
   std::shared_ptr<const OptimusPlan> optimus;

@@ -169,6 +169,56 @@ TEST(MakePlan, AProfileDoublingTheLlmForwardLengthensThePlan) {
               ::testing::ThrowsMessage<InputError>(HasSubstr("dtype fp8 needs fp8 tensor cores")));
 }
 
+// Optimus on the paper's 8-GPU example (Fig. 5): megatron's LLM plan, pinned alike, with the encoder out of its
+// first stage and in its bubbles. The ViT-3B in megatron's first stage makes that stage the slowest, so taking it
+// out must pay.
+TEST(MakePlan, OptimusMovesTheEncoderIntoTheLlmsBubbles) {
+  PlanRequest r;
+  r.model = model_preset("vit-3b+gpt-11b");
+  r.cluster = cluster_preset("h100:8");
+  r.gbs = 16;
+  r.seq = 2048;
+  r.progress = false;
+  ParallelConfig pinned;
+  pinned.dp = 1;
+  pinned.tp = 2;
+  pinned.pp = 4;
+  pinned.mbs = 2;
+  r.pinned = pinned;
+  const TrainingPlan megatron = make_plan(Strategy::kMegatron, r);
+  const TrainingPlan optimus = make_plan(Strategy::kOptimus, r);
+  EXPECT_EQ(megatron.optimus, nullptr);
+  ASSERT_NE(optimus.optimus, nullptr);
+  EXPECT_EQ(optimus.config.pp, 4);
+  EXPECT_EQ(optimus.config.tp, 2);
+  EXPECT_LT(optimus.iteration_seconds, megatron.iteration_seconds);
+  // The schedule is the LLM's alone, its blocks split evenly: 80 blocks, 20 a stage.
+  EXPECT_EQ(optimus.schedule.model_layers, 83);  // embedding, 80 blocks, final norm, LM head
+  EXPECT_GT(optimus.detail.mfu, megatron.detail.mfu);
+  EXPECT_NEAR(optimus.detail.mfu / megatron.detail.mfu, megatron.iteration_seconds / optimus.iteration_seconds, 1e-9);
+}
+
+// fulcrum keeps the encoders in bubbles only where that is faster, and never where the request rules it out.
+TEST(MakePlan, FulcrumKeepsEncodersInBubblesOnlyWhereTheyWin) {
+  PlanRequest r = small_request();
+  r.encoder_bubbles = false;
+  const TrainingPlan whole = make_plan(Strategy::kFulcrum, r);
+  EXPECT_EQ(whole.optimus, nullptr);
+  r.encoder_bubbles = true;
+  const TrainingPlan best = make_plan(Strategy::kFulcrum, r);
+  EXPECT_LE(best.epoch_seconds, whole.epoch_seconds);
+  if (best.optimus) {
+    EXPECT_LT(best.epoch_seconds, whole.epoch_seconds);
+    EXPECT_EQ(best.schedule.layout.pp, best.config.pp);
+    EXPECT_EQ(best.schedule.micro_batches, best.micro_batches);
+  } else {
+    EXPECT_EQ(best.epoch_seconds, whole.epoch_seconds);
+  }
+  // An LLM alone has no encoder to move.
+  r.model = llm_only(r.model);
+  EXPECT_EQ(make_plan(Strategy::kFulcrum, r).optimus, nullptr);
+}
+
 TEST(MakePlan, ImpossibleRequestsSayWhy) {
   PlanRequest r = small_request();
   r.model = model_preset("gpt-175b");
