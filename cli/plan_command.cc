@@ -118,6 +118,7 @@ Json optimus_json(const OptimusPlan& o) {
           {"coarse_seconds", o.coarse.iteration_seconds},
           {"fine_seconds", o.fine.iteration_seconds},
           {"head_shift_seconds", o.fine.head_shift_seconds},
+          {"fewer_warmup_forwards", o.fewer_warmup_forwards},
           {"encoder_plans", o.encoder_plans},
           {"splits_evaluated", o.splits_evaluated},
           {"scheduler_seconds", o.scheduler_seconds}};

@@ -88,7 +88,7 @@ ModelSpec llm_only(const ModelSpec& model) {
   return out;
 }
 
-LlmAlone simulate_llm_alone(const OptimusInputs& in) {
+LlmAlone simulate_llm_alone(const OptimusInputs& in, const std::vector<int>& fewer_warmup_forwards) {
   check_inputs(in);
   LlmAlone out;
   out.model = llm_only(*in.model);
@@ -97,6 +97,7 @@ LlmAlone simulate_llm_alone(const OptimusInputs& in) {
   PipelineKind kind = in.llm_schedule;
   if (layout.vpp == 1 && kind == PipelineKind::kInterleaved) kind = PipelineKind::kOneFOneB;
   if (in.llm_schedule_given) {
+    if (!fewer_warmup_forwards.empty()) throw InputError("a given LLM schedule keeps its own warm-up");
     const ParallelLayout& given = in.llm_schedule_given->layout;
     if (given.dp != layout.dp || given.tp != layout.tp || given.pp != layout.pp || given.vpp != layout.vpp ||
         in.llm_schedule_given->micro_batches != in.micro_batches ||
@@ -107,7 +108,7 @@ LlmAlone simulate_llm_alone(const OptimusInputs& in) {
   } else {
     out.schedule = make_pipeline_schedule(kind, layout, in.micro_batches,
                                           partition_layers(out.model, layout.stages(), EncoderPlacement::kFirstStage),
-                                          block_recompute(out.model, in.llm_recompute));
+                                          block_recompute(out.model, in.llm_recompute), fewer_warmup_forwards);
   }
   SimOptions options;
   options.timeline = true;
@@ -366,6 +367,36 @@ BubbleProblem encoder_bubble_problem(const OptimusInputs& in, const std::vector<
   return p;
 }
 
+namespace {
+
+// Fewer warm-up forwards on the first LLM rank, one more at a time while the LLM has to start late for the
+// encoder and each step shortens the fine schedule of the chosen encoder plan and split.
+void adjust_warmup(const OptimusInputs& in, OptimusPlan& out) {
+  const EncoderWork work = encoder_work(in, out.encoder_plan, out.llm.result.timeline_replica);
+  for (int fewer = 1; out.fine.head_shift_seconds > 0; ++fewer) {
+    std::vector<int> per_rank(in.llm_layout.pp, 0);
+    per_rank[0] = fewer;
+    LlmAlone llm;
+    try {
+      llm = simulate_llm_alone(in, per_rank);
+    } catch (const InputError&) {
+      return;  // the rank keeps no fewer, or the pipeline would deadlock
+    }
+    const BubbleProblem problem =
+        encoder_bubble_problem(in, llm_device_timelines(in, llm), dependency_points(llm.result, in.micro_batches),
+                               out.encoder_plan, work, out.split);
+    BubbleSchedule fine = schedule_encoder_bubbles(problem, BubbleMode::kFine);
+    if (!(fine.iteration_seconds < out.iteration_seconds)) return;
+    out.llm = std::move(llm);
+    out.fine = std::move(fine);
+    out.coarse = schedule_encoder_bubbles(problem, BubbleMode::kCoarse);
+    out.iteration_seconds = out.fine.iteration_seconds;
+    out.fewer_warmup_forwards = fewer;
+  }
+}
+
+}  // namespace
+
 OptimusPlan plan_optimus(const OptimusInputs& in) {
   check_inputs(in);
   const auto started = std::chrono::steady_clock::now();
@@ -417,6 +448,9 @@ OptimusPlan plan_optimus(const OptimusInputs& in) {
       }
     }
     out.no_bubble_seconds = out.fine.llm_seconds + most;
+  }
+  if (found && !in.llm_schedule_given && out.llm.schedule.kind == PipelineKind::kInterleaved) {
+    adjust_warmup(in, out);
   }
   if (!found) {
     std::string why;

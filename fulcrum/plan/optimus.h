@@ -58,7 +58,8 @@ struct LlmAlone {
   Schedule schedule;
   SimResult result;
 };
-LlmAlone simulate_llm_alone(const OptimusInputs& in);
+// `fewer_warmup_forwards`: taken off each rank's warm-up of interleaved 1F1B (make_pipeline_schedule).
+LlmAlone simulate_llm_alone(const OptimusInputs& in, const std::vector<int>& fewer_warmup_forwards = {});
 
 // Each LLM pipeline rank's device as the bubble scheduler sees it. A simulated pass is one interval with its
 // tensor-parallel share; it is cut back into kernels by the cost model's kernel list of one of the stage's
@@ -91,6 +92,10 @@ struct OptimusPlan {
   BubbleSchedule coarse;  // of the chosen plan and split
   BubbleSchedule fine;
   double iteration_seconds = 0;  // the fine schedule's
+  // Optimus's warm-up adjustment: forwards taken off the first LLM rank's interleaved warm-up, deferring the
+  // forward dependency points of its last warm-up micro-batches. Tried, one more at a time, while the encoder
+  // makes the LLM start late and doing so helps; llm is then the adjusted pipeline.
+  int fewer_warmup_forwards = 0;
   // The same plans with the encoder's work on its devices outside any bubble: the LLM alone plus the most
   // encoder work (forward, backward, tail) any device does. What stage rebalancing alone gives.
   double no_bubble_seconds = 0;

@@ -195,6 +195,39 @@ TEST(Optimus, SearchFindsTheBestPlanAndSplitOfTheEightGpuExample) {
   EXPECT_GT(best.scheduler_seconds, 0);
 }
 
+// The warm-up adjustment (paper Fig. 12): interleaved 1F1B over PP 4 with 2 chunks runs (4 − 1)·2 + 4 = 10
+// warm-up forwards on the first rank (micro-batches 0–3 on chunk 0, 0–3 on chunk 1, then 4 and 5 on chunk 0),
+// and its steady state opens with one more forward. Two fewer: 8 warm-up forwards, micro-batch 4's chunk 0
+// opens the steady state, and micro-batch 5's chunk 0 waits for the first backward: F_5 comes later, F_0 … F_4
+// stay. Whether the pipeline's latency pays for it depends on the pass times, so plan_optimus keeps a step only
+// when its schedule is faster.
+TEST(Optimus, FewerWarmupForwardsDeferTheLastWarmupMicroBatches) {
+  EightGpus g;
+  g.in.llm_layout.vpp = 2;
+  g.in.llm_schedule = PipelineKind::kInterleaved;
+  const LlmAlone standard = simulate_llm_alone(g.in);
+  const LlmAlone adjusted = simulate_llm_alone(g.in, {2, 0, 0, 0});
+  auto forwards_before_first_backward = [](const Schedule& s) {
+    int n = 0;
+    for (const Instruction& in : s.programs[0].instructions) {
+      if (in.op == OpKind::kBackward) break;
+      if (in.op == OpKind::kForward) ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(forwards_before_first_backward(standard.schedule), 11);
+  EXPECT_EQ(forwards_before_first_backward(adjusted.schedule), 9);
+  const DependencyPoints a = dependency_points(standard.result, 8);
+  const DependencyPoints b = dependency_points(adjusted.result, 8);
+  for (int i = 0; i < 5; ++i) EXPECT_DOUBLE_EQ(b.forward_seconds[i], a.forward_seconds[i]) << i;
+  EXPECT_GT(b.forward_seconds[5], a.forward_seconds[5]);
+  // A rank keeps the (2 − 1)·4 + 1 = 5 forwards its first backward needs; the other schedules have no such knob.
+  EXPECT_THROW(simulate_llm_alone(g.in, {6, 0, 0, 0}), InputError);
+  g.in.llm_layout.vpp = 1;
+  g.in.llm_schedule = PipelineKind::kOneFOneB;
+  EXPECT_THROW(simulate_llm_alone(g.in, {1, 0, 0, 0}), InputError);
+}
+
 TEST(Optimus, RefusesAModelWithoutEncoder) {
   EightGpus g;
   const ModelSpec llm = llm_only(g.model);

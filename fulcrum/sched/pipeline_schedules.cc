@@ -94,7 +94,8 @@ std::vector<RankOrder> one_f_one_b_order(int pp, int m) {
 }
 
 // Megatron-LM's interleaved 1F1B (schedules.py, forward_backward_pipelining_with_interleaving).
-std::vector<RankOrder> interleaved_order(int pp, int vpp, int m) {
+// `fewer_warmup[r]` (when given) takes that many forwards off rank r's warm-up.
+std::vector<RankOrder> interleaved_order(int pp, int vpp, int m, const std::vector<int>& fewer_warmup) {
   std::vector<RankOrder> orders(pp);
   const int total = m * vpp;
   const int group = pp * vpp;
@@ -102,7 +103,8 @@ std::vector<RankOrder> interleaved_order(int pp, int vpp, int m) {
   auto forward_chunk = [&](int k) { return (k % group) / pp; };
   auto backward_chunk = [&](int k) { return vpp - 1 - (k % group) / pp; };
   for (int r = 0; r < pp; ++r) {
-    const int warmup = m == pp ? total : std::min(total, (pp - r - 1) * 2 + (vpp - 1) * pp);
+    const int fewer = fewer_warmup.empty() ? 0 : fewer_warmup[r];
+    const int warmup = (m == pp ? total : std::min(total, (pp - r - 1) * 2 + (vpp - 1) * pp)) - fewer;
     auto forward = [&](int k) { orders[r].push_back({OpKind::kForward, forward_chunk(k) * pp + r, micro_batch(k)}); };
     auto backward = [&](int k) {
       orders[r].push_back({OpKind::kBackward, backward_chunk(k) * pp + r, micro_batch(k)});
@@ -222,7 +224,8 @@ Schedule lower(PipelineKind kind, const ParallelLayout& layout, int m, std::vect
 }  // namespace
 
 Schedule make_pipeline_schedule(PipelineKind kind, const ParallelLayout& layout, int micro_batches,
-                                std::vector<StageLayers> stages, std::vector<Recompute> recompute) {
+                                std::vector<StageLayers> stages, std::vector<Recompute> recompute,
+                                const std::vector<int>& fewer_warmup_forwards) {
   if (layout.pp < 1 || layout.vpp < 1 || layout.dp < 1 || layout.tp < 1) {
     throw InputError(fmt::format("parallel degrees must be at least 1 (dp {}, tp {}, pp {}, vpp {})", layout.dp,
                                  layout.tp, layout.pp, layout.vpp));
@@ -237,6 +240,9 @@ Schedule make_pipeline_schedule(PipelineKind kind, const ParallelLayout& layout,
     case PipelineKind::kGpipe:
     case PipelineKind::kOneFOneB:
     case PipelineKind::kZeroBubbleH1:
+      if (!fewer_warmup_forwards.empty()) {
+        throw InputError(fmt::format("fewer warm-up forwards are for interleaved 1F1B, not {}", pipeline_kind_name(kind)));
+      }
       if (layout.vpp != 1) {
         throw InputError(fmt::format("the {} schedule has one model chunk per rank, not vpp {}: use interleaved",
                                      pipeline_kind_name(kind), layout.vpp));
@@ -250,7 +256,23 @@ Schedule make_pipeline_schedule(PipelineKind kind, const ParallelLayout& layout,
         throw InputError(fmt::format("interleaved 1F1B needs micro-batches divisible by pp: {} micro-batches, pp {}",
                                      m, pp));
       }
-      orders = interleaved_order(pp, layout.vpp, m);
+      if (!fewer_warmup_forwards.empty()) {
+        if (static_cast<int>(fewer_warmup_forwards.size()) != pp) {
+          throw InputError(fmt::format("fewer warm-up forwards for {} ranks, pp {}", fewer_warmup_forwards.size(), pp));
+        }
+        // A rank's first backward needs micro-batch 0 through every chunk: (vpp − 1)·pp + 1 forwards at least.
+        const int total = m * layout.vpp;
+        for (int r = 0; r < pp; ++r) {
+          const int warmup = m == pp ? total : std::min(total, (pp - r - 1) * 2 + (layout.vpp - 1) * pp);
+          const int least = (layout.vpp - 1) * pp + 1;
+          if (fewer_warmup_forwards[r] < 0 || warmup - fewer_warmup_forwards[r] < std::min(least, warmup)) {
+            throw InputError(fmt::format("rank {} of interleaved 1F1B cannot run {} fewer of its {} warm-up forwards: "
+                                         "at least {} must stay", r, fewer_warmup_forwards[r], warmup,
+                                         std::min(least, warmup)));
+          }
+        }
+      }
+      orders = interleaved_order(pp, layout.vpp, m, fewer_warmup_forwards);
       break;
     case PipelineKind::kCustom:
       throw InputError("a custom schedule is written by a planner, not generated");

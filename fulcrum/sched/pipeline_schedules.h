@@ -44,8 +44,14 @@ std::vector<Recompute> block_recompute(const ModelSpec& model, Recompute mode);
 // reduce-scattered (otherwise) after each stage's last backward; parameters all-gathered before each stage's
 // first forward (ZeRO-1/2, distributed optimizer: the gather of the updated parameters), or before every pass
 // of the stage, one compute ahead (ZeRO-3). InputError when the combination is not possible.
+//
+// `fewer_warmup_forwards` (interleaved only; one entry per rank) takes forwards off each rank's warm-up, so they
+// run in the steady state instead: Optimus's warm-up adjustment, which defers the first rank's last warm-up
+// forwards of chunk 0 and with them the forward dependency points of their micro-batches, where the encoder
+// feeding them needs the time. A rank keeps at least the (vpp − 1)·pp + 1 forwards its first backward needs.
 Schedule make_pipeline_schedule(PipelineKind kind, const ParallelLayout& layout, int micro_batches,
-                                std::vector<StageLayers> stages, std::vector<Recompute> recompute);
+                                std::vector<StageLayers> stages, std::vector<Recompute> recompute,
+                                const std::vector<int>& fewer_warmup_forwards = {});
 
 }  // namespace fulcrum
 
