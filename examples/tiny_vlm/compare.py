@@ -4,7 +4,9 @@
 
 1. Calibrates this machine on two ranks at once (both cores busy, as in training): every layer of tiny_vlm
    timed pass by pass into a profile table, a gloo all-reduce fitted as latency + size / bandwidth, how much a
-   collective in flight slows compute, and the optimizer step; the last three make the cluster file.
+   collective in flight slows compute, and the optimizer step; the last three make the cluster file. Then the
+   whole model's forward and backward over calibration micro-batches (not the runs') is timed and set against
+   the profile's prediction for them; every profile entry is scaled by that ratio.
 2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
    machine does not fall on one mode alone.
 3. Simulates each mode's measured steps with the profile and the cluster file (`fulcrum simulate`: same
@@ -76,7 +78,9 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
             times.append(time.perf_counter() - start)
     cluster = fp.cpu_cluster(2, fit, compute_slowdown=slowdown, optimizer_seconds=statistics.median(times),
                              optimizer_parameters=sum(q.numel() for q in params))
+    whole = whole_model_seconds(model)
     if rank == 0:
+        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": whole}) + "\n")
         fp.write_profile(out_dir / "profile.json", table)
         (out_dir / "cluster.json").write_text(json.dumps(cluster, indent=1) + "\n")
         (out_dir / "calibration.json").write_text(json.dumps({
@@ -87,6 +91,76 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
     from fulcrum.runtime import end_rank
 
     end_rank()
+
+
+# The whole-model calibration: micro-batches of CALIBRATION_GROUP samples packed (as the dp modes train), drawn
+# with their own seed, so they are not the runs' batches.
+CALIBRATION_SAMPLES, CALIBRATION_GROUP, CALIBRATION_SEED = 32, 4, 1000
+
+
+def whole_model_seconds(model, warmup: int = 2, repeats: int = 7) -> float:
+    """Median seconds of forward and backward of the whole model over the calibration micro-batches, on every
+    rank at once (both cores busy, as in training). The profile times each layer alone; one autograd graph over
+    all of them also pays for its allocation and the caches refilled between layers."""
+    import torch
+    import torch.distributed as dist
+
+    from data import SyntheticVlmData, pack, scaled_lengths
+    from model import token_loss_sum
+
+    lengths = scaled_lengths(CALIBRATION_SAMPLES, model.config, seed=CALIBRATION_SEED)
+    data = SyntheticVlmData(lengths, model.config, seed=CALIBRATION_SEED)
+    batches = [pack([data[i] for i in range(first, first + CALIBRATION_GROUP)])
+               for first in range(0, CALIBRATION_SAMPLES, CALIBRATION_GROUP)]
+    times = []
+    for k in range(warmup + repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        for batch in batches:
+            token_loss_sum(model(batch), batch["labels"]).backward()
+        elapsed = time.perf_counter() - start
+        model.zero_grad(set_to_none=True)
+        if k >= warmup:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def calibrate_whole_model(a) -> dict:
+    """Sets the measured whole-model seconds against what the layer profile predicts for the same micro-batches
+    (`fulcrum simulate` on one device, the optimizer step left out) and scales every profile entry by their
+    ratio: profile.json becomes the calibrated table, profile_layers.json keeps the layers' own."""
+    from data import scaled_lengths, write_lengths
+    from model import TinyVlm, TinyVlmConfig
+
+    work = a.workdir / "whole_model"
+    work.mkdir(exist_ok=True)
+    config = TinyVlmConfig()
+    write_lengths(work / "lengths.json", scaled_lengths(CALIBRATION_SAMPLES, config, seed=CALIBRATION_SEED))
+    (work / "tiny.json").write_text(json.dumps(TinyVlm(config).fulcrum_model()))
+    cluster = json.loads((a.workdir / "cluster.json").read_text())
+    cluster["preset"] = "cpu:1"
+    (work / "cluster.json").write_text(json.dumps(cluster))
+    steps = CALIBRATION_SAMPLES // CALIBRATION_GROUP
+    layers = a.workdir / "profile_layers.json"
+    (a.workdir / "profile.json").replace(layers)
+    out = subprocess.run([a.fulcrum, "simulate", "--model", str(work / "tiny.json"), "--cluster",
+                          str(work / "cluster.json"), "--profile", str(layers), "--dtype", run.DTYPE, "--data",
+                          str(work / "lengths.json"), "--batcher", "random-packed", "--gbs", str(CALIBRATION_GROUP),
+                          "--mbs", str(CALIBRATION_GROUP), "--dp", "1", "--recompute", "none", "--step", "0",
+                          "--steps", str(steps), "--json", "--quiet"], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        sys.exit("compare.py: simulating the calibration micro-batches failed")
+    doc = json.loads(out.stdout)
+    predicted = sum(doc["data"]["iteration_seconds_per_step"]) - steps * doc["optimizer_seconds"]
+    measured = json.loads((a.workdir / "whole_model.json").read_text())["seconds"]
+    factor = measured / predicted
+    table = json.loads(layers.read_text())
+    for entry in table["entries"]:
+        entry["seconds"] = [t * factor for t in entry["seconds"]]
+    (a.workdir / "profile.json").write_text(json.dumps(table, indent=1) + "\n")
+    return {"measured_seconds": measured, "predicted_seconds": predicted, "factor": factor,
+            "micro_batches": steps, "samples_per_micro_batch": CALIBRATION_GROUP}
 
 
 def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:
@@ -145,6 +219,12 @@ def main() -> None:
         print("calibrating: layer profile, all-reduce, compute slowdown, optimizer step", flush=True)
         run.start_ranks(Path(__file__).resolve(), ["--calibrate-rank", str(a.workdir),
                                                    "--profile-rounds", str(a.profile_rounds)])
+        whole_model = calibrate_whole_model(a)
+        calibration = json.loads((a.workdir / "calibration.json").read_text())
+        calibration["whole_model"] = whole_model
+        (a.workdir / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
+        print(f"whole model: {whole_model['measured_seconds']:.4f} s measured, {whole_model['predicted_seconds']:.4f} s "
+              f"from the layer profile: its entries scaled by {whole_model['factor']:.3f}", flush=True)
         rounds: dict[str, list[dict]] = {m: [] for m in modes}
         for r in range(a.repeats):
             for m in modes:

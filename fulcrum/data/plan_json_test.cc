@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/flops_sample_cost.h"
 #include "fulcrum/data/batcher.h"
@@ -43,6 +46,35 @@ TEST(PlanJson, RejectsMalformedPlans) {
     "packing":"packed","seed":0,"epoch":0,"first_step":0,"samples_in":1,"repeated":0,"dropped":0,"steps":[[[[0]]]]})",
                               "p.json"),
                InputError);  // one rank in a dp-2 plan
+}
+
+// Every field is read strictly: the JSON library would turn a float or a negative number into an id or a count
+// without a word (and an out-of-range float into undefined behaviour).
+TEST(PlanJson, RefusesValuesThatAreNotWhatTheFieldHolds) {
+  auto plan = [](const std::string& dp, const std::string& packing, const std::string& id) {
+    return R"({"fulcrum":1,"kind":"batch_plan","algo":"x","dp":)" + dp + R"(,"micro_batches_per_rank":1,"packing":)" +
+           packing + R"(,"seed":0,"epoch":0,"first_step":0,"samples_in":4,"repeated":0,"dropped":0,"steps":[[[[)" +
+           id + "]]]]}";
+  };
+  EXPECT_EQ(plan_from_json(plan("1", R"("packed")", "3"), "p.json").sample_ids(), std::vector<uint32_t>{3});
+  const std::pair<std::string, std::string> bad[] = {
+      {plan("1", R"("packed")", "2.1e24"), "step 0: rank 0: micro-batch 0: sample id 2.1e+24 is not an id"},
+      {plan("1", R"("packed")", "-1"), "sample id -1 is not an id"},
+      {plan("1", R"("packed")", "4294967296"), "sample id 4294967296 is not an id"},
+      {plan("1.5", R"("packed")", "0"), "'dp' must be an integer from 1"},
+      {plan("0", R"("packed")", "0"), "'dp' must be an integer from 1"},
+      {plan("1", R"("stacked")", "0"), "'packing' must be"},
+      {R"({"fulcrum":5.5e74,"kind":"batch_plan"})", "not a fulcrum batch plan"},
+  };
+  for (const auto& [text, message] : bad) {
+    try {
+      plan_from_json(text, "p.json");
+      ADD_FAILURE() << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("p.json", 0), 0u) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -93,6 +93,14 @@ def test_compare_lays_predictions_beside_measurements(tmp_path):
     assert "predicted" in done.stdout and "pp-megatron" in done.stdout
     # The calibration wrote a profile for every layer shape and a cluster file the simulator read.
     assert table["cluster"]["preset"] == "cpu:2" and table["profile"]["entries"]
+    # The whole model set against the layer profile: the profile the runs are predicted with is the layers' own
+    # scaled by the measured ratio (the graph's overhead makes it at least about 1; never several times).
+    whole = table["calibration"]["whole_model"]
+    assert 0.8 < whole["factor"] < 3, whole
+    assert abs(whole["factor"] - whole["measured_seconds"] / whole["predicted_seconds"]) < 1e-12
+    layers = json.loads((tmp_path / "work" / "profile_layers.json").read_text())
+    for scaled, own in zip(table["profile"]["entries"], layers["entries"], strict=True):
+        assert scaled["seconds"] == pytest.approx([t * whole["factor"] for t in own["seconds"]], rel=1e-12)
     for mode, row in table["modes"].items():
         for key in ("predicted_step_seconds", "measured_step_seconds", "measured_cv", "tokens_per_second"):
             assert row[key] >= 0, (mode, key)
