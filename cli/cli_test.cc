@@ -176,10 +176,11 @@ TEST_F(Cli, BadInputTable) {
   }
 }
 
-// Everything outside "timing" is byte-identical across runs.
+// Everything outside "timing" (and Optimus's scheduler_seconds, a wall time too) is byte-identical across runs.
 std::string without_timing(const std::string& text) {
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
   j.erase("timing");
+  if (j.contains("optimus")) j["optimus"].erase("scheduler_seconds");
   if (j.contains("rows")) {
     for (auto& row : j["rows"]) row.erase("timing");
   }
@@ -486,6 +487,11 @@ TEST_F(Cli, PlanOptimusPutsTheEncoderInTheLlmsBubbles) {
   EXPECT_EQ(j["plan"]["tp"], 2);
   EXPECT_GT(j["speedup_vs"]["megatron"].get<double>(), 1.0);
   EXPECT_LE(o["llm_alone_seconds"].get<double>(), j["predicted"]["iteration_seconds"].get<double>());
+  // The same answer again, on one thread.
+  const Result again = run("plan --model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --seq 2048 --image-tokens 256 "
+                           "--strategy optimus --baseline-config 1,2,4,1,2 --json --quiet --threads 1");
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(without_timing(again.out), without_timing(r.out));
   const Result llm = run("plan --model gpt-11b --cluster h100:8 --gbs 16 --strategy optimus --baseline-config "
                          "1,2,4,1,2 --no-baselines --quiet");
   EXPECT_EQ(llm.status, 2);
