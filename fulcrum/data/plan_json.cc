@@ -77,7 +77,11 @@ BatchPlan plan_from_json(std::string_view text, const std::string& file) {
     }
     BatchPlan plan(j["algo"].get<std::string>(), static_cast<int>(integer_field(j, "dp", 1, 1 << 24, file)),
                    static_cast<int>(integer_field(j, "micro_batches_per_rank", 1, 1 << 24, file)), packing == "padded");
-    plan.seed = static_cast<uint64_t>(integer_field(j, "seed", 0, std::numeric_limits<int64_t>::max(), file));
+    if (!j.contains("seed") || !j["seed"].is_number_unsigned()) {
+      throw InputError(fmt::format("{}: 'seed' must be an integer from 0 to {}", file,
+                                   std::numeric_limits<uint64_t>::max()));
+    }
+    plan.seed = j["seed"].get<uint64_t>();
     plan.epoch = integer_field(j, "epoch", 0, kMaxCount, file);
     plan.samples_in = integer_field(j, "samples_in", 0, kMaxCount, file);
     plan.repeated = integer_field(j, "repeated", 0, kMaxCount, file);

@@ -187,6 +187,18 @@ void check_problem(const BubbleProblem& p) {
   if (total != micro_batches) {
     throw InputError(fmt::format("the encoder pipelines carry {} micro-batches, the LLM {}", total, micro_batches));
   }
+  if (!p.llm_micro_batch.empty()) {
+    std::vector<int> fed(micro_batches, 0);
+    bool ok = p.llm_micro_batch.size() == p.pipelines.size();
+    for (size_t j = 0; ok && j < p.pipelines.size(); ++j) {
+      ok = p.llm_micro_batch[j].size() == p.pipelines[j].forward[0].size();
+      for (size_t k = 0; ok && k < p.llm_micro_batch[j].size(); ++k) {
+        const int i = p.llm_micro_batch[j][k];
+        ok = i >= 0 && i < static_cast<int>(micro_batches) && fed[i]++ == 0;
+      }
+    }
+    if (!ok) throw InputError("the fixed encoder-to-LLM micro-batch map must feed every LLM micro-batch once");
+  }
 }
 
 // One placement of the whole problem with the LLM shifted by `shift`.
@@ -235,6 +247,17 @@ Attempt place_forward(const BubbleProblem& p, BubbleMode mode, double shift, boo
       a.forward_ready[j][k] = ready;
       finish.emplace_back(ready, static_cast<int>(j), k);
     }
+  }
+  if (!p.llm_micro_batch.empty()) {
+    a.llm_micro_batch = p.llm_micro_batch;
+    for (size_t j = 0; j < p.pipelines.size(); ++j) {
+      for (size_t k = 0; k < a.forward_ready[j].size(); ++k) {
+        const int i = p.llm_micro_batch[j][k];
+        a.violation = std::max(a.violation, a.forward_ready[j][k] - (p.dependency.forward_seconds[i] + shift));
+      }
+    }
+    a.feasible = a.violation <= kEpsilon;
+    return a;
   }
   std::sort(finish.begin(), finish.end());
   a.llm_micro_batch.resize(p.pipelines.size());
@@ -488,6 +511,9 @@ std::vector<std::string> check_bubble_schedule(const BubbleProblem& p, const Bub
     if (sched.llm_micro_batch.size() != p.pipelines.size() || sched.llm_micro_batch[j].size() != n) {
       errors.push_back(fmt::format("pipeline {}'s micro-batches are not mapped to the LLM's", j));
       return errors;
+    }
+    if (!p.llm_micro_batch.empty() && sched.llm_micro_batch[j] != p.llm_micro_batch[j]) {
+      errors.push_back(fmt::format("pipeline {}'s micro-batches do not feed the LLM micro-batches fixed for them", j));
     }
     for (size_t k = 0; k < n; ++k) {
       for (size_t s = 0; s < stages; ++s) {

@@ -57,6 +57,9 @@ struct BubbleProblem {
   std::vector<EncoderPipelineWork> pipelines;
   double transfer_seconds = 0;        // one point-to-point transfer of a micro-batch's activations or gradients
   double communication_slowdown = 0;  // LLM compute seconds lost per second of encoder collective beside it
+  // [pipeline][micro-batch]: the LLM micro-batch each encoder micro-batch feeds, fixed in advance (its images are
+  // that micro-batch's); empty: the i-th to finish its forward feeds micro-batch i (Optimus's sorted check).
+  std::vector<std::vector<int>> llm_micro_batch;
 };
 
 enum class BubbleMode {

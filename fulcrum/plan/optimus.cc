@@ -327,7 +327,8 @@ EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int r
         }
       }
       const double shard = distributed ? static_cast<double>(n) / plan.dp : static_cast<double>(n);
-      tail += kOptimizerStepBytesPerParameter * shard / (in.cluster->device.memory_bytes_per_second * in.efficiency.memory);
+      const double bandwidth = in.cluster->device.memory_bytes_per_second * in.efficiency.memory;
+      tail += kOptimizerStepBytesPerParameter * shard / bandwidth;
     }
     out.stage_tail_seconds.push_back(tail);
   }
@@ -336,7 +337,8 @@ EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int r
 
 BubbleProblem encoder_bubble_problem(const OptimusInputs& in, const std::vector<LlmDeviceTimeline>& llm_ranks,
                                      const DependencyPoints& dependency, const EncoderPlan& plan,
-                                     const EncoderWork& work, const MicroBatchSplit& split) {
+                                     const EncoderWork& work, const MicroBatchSplit& split,
+                                     const std::vector<std::vector<int>>* feeds) {
   if (static_cast<int>(split.size()) != plan.pipelines) {
     throw InputError(fmt::format("a split of {} parts for {} encoder pipelines", split.size(), plan.pipelines));
   }
@@ -356,42 +358,86 @@ BubbleProblem encoder_bubble_problem(const OptimusInputs& in, const std::vector<
     for (int e = 0; e < stages; ++e) {
       w.stage_rank.push_back(encoder_slot(in.llm_layout, plan, j, e).llm_rank);
       for (int k = 0; k < split[j]; ++k) {
-        w.forward[e].push_back(work.forward[e].at(first + k));
-        w.backward[e].push_back(work.backward[e].at(first + k));
+        const int i = feeds ? feeds->at(j).at(k) : first + k;
+        w.forward[e].push_back(work.forward[e].at(i));
+        w.backward[e].push_back(work.backward[e].at(i));
       }
     }
     w.stage_tail_seconds = work.stage_tail_seconds;
     first += split[j];
     p.pipelines.push_back(std::move(w));
   }
+  if (feeds) p.llm_micro_batch = *feeds;
   return p;
+}
+
+PlacedEncoder schedule_with_their_images(const OptimusInputs& in, const std::vector<LlmDeviceTimeline>& llm_ranks,
+                                         const DependencyPoints& dependency, const EncoderPlan& plan,
+                                         const EncoderWork& work, const MicroBatchSplit& split, BubbleMode mode) {
+  PlacedEncoder out;
+  out.problem = encoder_bubble_problem(in, llm_ranks, dependency, plan, work, split);
+  out.schedule = schedule_encoder_bubbles(out.problem, mode);
+  bool contiguous = true;
+  for (size_t j = 0, first = 0; j < split.size(); first += split[j], ++j) {
+    for (int k = 0; k < split[j]; ++k) {
+      contiguous = contiguous && out.schedule.llm_micro_batch[j][k] == static_cast<int>(first) + k;
+    }
+  }
+  if (contiguous) return out;
+  const std::vector<std::vector<int>> feeds = out.schedule.llm_micro_batch;
+  out.problem = encoder_bubble_problem(in, llm_ranks, dependency, plan, work, split, &feeds);
+  out.schedule = schedule_encoder_bubbles(out.problem, mode);
+  return out;
 }
 
 namespace {
 
+double most_encoder_seconds_on_a_device(const BubbleProblem& problem) {
+  double most = 0;
+  for (const EncoderPipelineWork& w : problem.pipelines) {
+    for (size_t e = 0; e < w.stage_rank.size(); ++e) {
+      double seconds = w.stage_tail_seconds[e];
+      for (const auto& pass : w.forward[e]) {
+        for (const Kernel& k : pass) seconds += k.seconds;
+      }
+      for (const auto& pass : w.backward[e]) {
+        for (const Kernel& k : pass) seconds += k.seconds;
+      }
+      most = std::max(most, seconds);
+    }
+  }
+  return most;
+}
+
+std::vector<int> first_rank_fewer(const OptimusInputs& in, int fewer) {
+  if (fewer == 0) return {};
+  std::vector<int> per_rank(in.llm_layout.pp, 0);
+  per_rank[0] = fewer;
+  return per_rank;
+}
+
 // Fewer warm-up forwards on the first LLM rank, one more at a time while the LLM has to start late for the
 // encoder and each step shortens the fine schedule of the chosen encoder plan and split.
 void adjust_warmup(const OptimusInputs& in, OptimusPlan& out) {
-  const EncoderWork work = encoder_work(in, out.encoder_plan, out.llm.result.timeline_replica);
   for (int fewer = 1; out.fine.head_shift_seconds > 0; ++fewer) {
-    std::vector<int> per_rank(in.llm_layout.pp, 0);
-    per_rank[0] = fewer;
-    LlmAlone llm;
     try {
-      llm = simulate_llm_alone(in, per_rank);
+      LlmAlone llm = simulate_llm_alone(in, first_rank_fewer(in, fewer));
+      const std::vector<LlmDeviceTimeline> ranks = llm_device_timelines(in, llm);
+      const DependencyPoints dependency = dependency_points(llm.result, in.micro_batches);
+      const EncoderWork work = encoder_work(in, out.encoder_plan, llm.result.timeline_replica);
+      PlacedEncoder fine =
+          schedule_with_their_images(in, ranks, dependency, out.encoder_plan, work, out.split, BubbleMode::kFine);
+      if (!(fine.schedule.iteration_seconds < out.iteration_seconds)) return;
+      out.no_bubble_seconds += fine.schedule.llm_seconds - out.fine.llm_seconds;
+      out.llm = std::move(llm);
+      out.fine = std::move(fine.schedule);
+      out.coarse = schedule_with_their_images(in, ranks, dependency, out.encoder_plan, work, out.split,
+                                              BubbleMode::kCoarse).schedule;
+      out.iteration_seconds = out.fine.iteration_seconds;
+      out.fewer_warmup_forwards = fewer;
     } catch (const InputError&) {
-      return;  // the rank keeps no fewer, or the pipeline would deadlock
+      return;  // the rank keeps no fewer (or the pipeline would deadlock): the plan stays as it is
     }
-    const BubbleProblem problem =
-        encoder_bubble_problem(in, llm_device_timelines(in, llm), dependency_points(llm.result, in.micro_batches),
-                               out.encoder_plan, work, out.split);
-    BubbleSchedule fine = schedule_encoder_bubbles(problem, BubbleMode::kFine);
-    if (!(fine.iteration_seconds < out.iteration_seconds)) return;
-    out.llm = std::move(llm);
-    out.fine = std::move(fine);
-    out.coarse = schedule_encoder_bubbles(problem, BubbleMode::kCoarse);
-    out.iteration_seconds = out.fine.iteration_seconds;
-    out.fewer_warmup_forwards = fewer;
   }
 }
 
@@ -417,6 +463,8 @@ OptimusPlan plan_optimus(const OptimusInputs& in) {
     }
     ++out.encoder_plans;
     const EncoderWork work = encoder_work(in, plan, out.llm.result.timeline_replica);
+    // Splits are ranked with each pipeline carrying consecutive micro-batches' images; the chosen one is then
+    // scheduled with each encoder micro-batch carrying the images of the LLM micro-batch it feeds.
     const SplitSearchResult best = search_micro_batch_split(
         in.micro_batches, pipeline_classes(in.llm_layout, plan),
         [&](const MicroBatchSplit& split) {
@@ -425,40 +473,35 @@ OptimusPlan plan_optimus(const OptimusInputs& in) {
         },
         in.exhaustive_split_limit, in.split_evaluation_budget);
     out.splits_evaluated += best.evaluated;
-    if (found && best.seconds >= out.iteration_seconds) continue;
+    PlacedEncoder fine = schedule_with_their_images(in, ranks, dependency, plan, work, best.split, BubbleMode::kFine);
+    if (found && !(fine.schedule.iteration_seconds < out.iteration_seconds)) continue;
     found = true;
-    const BubbleProblem problem = encoder_bubble_problem(in, ranks, dependency, plan, work, best.split);
     out.encoder_plan = plan;
     out.split = best.split;
-    out.fine = schedule_encoder_bubbles(problem, BubbleMode::kFine);
-    out.coarse = schedule_encoder_bubbles(problem, BubbleMode::kCoarse);
+    out.fine = std::move(fine.schedule);
     out.iteration_seconds = out.fine.iteration_seconds;
-    // Every device's encoder work with no bubble to hide in.
-    double most = 0;
-    for (const EncoderPipelineWork& w : problem.pipelines) {
-      for (size_t e = 0; e < w.stage_rank.size(); ++e) {
-        double seconds = w.stage_tail_seconds[e];
-        for (const auto& pass : w.forward[e]) {
-          for (const Kernel& k : pass) seconds += k.seconds;
-        }
-        for (const auto& pass : w.backward[e]) {
-          for (const Kernel& k : pass) seconds += k.seconds;
-        }
-        most = std::max(most, seconds);
-      }
-    }
-    out.no_bubble_seconds = out.fine.llm_seconds + most;
-  }
-  if (found && !in.llm_schedule_given && out.llm.schedule.kind == PipelineKind::kInterleaved) {
-    adjust_warmup(in, out);
+    out.no_bubble_seconds = out.fine.llm_seconds + most_encoder_seconds_on_a_device(fine.problem);
   }
   if (!found) {
     std::string why;
     for (const std::string& r : out.rejected) why += "; " + r;
     throw InputError(fmt::format("no encoder plan of model '{}' suits the LLM plan{}", in.model->name, why));
   }
+  out.coarse = schedule_with_their_images(in, ranks, dependency, out.encoder_plan,
+                                          encoder_work(in, out.encoder_plan, out.llm.result.timeline_replica),
+                                          out.split, BubbleMode::kCoarse)
+                   .schedule;
+  if (!in.llm_schedule_given && out.llm.schedule.kind == PipelineKind::kInterleaved) adjust_warmup(in, out);
   out.scheduler_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return out;
+}
+
+BubbleSchedule schedule_plan(const OptimusInputs& in, const OptimusPlan& plan) {
+  const LlmAlone llm = simulate_llm_alone(in, first_rank_fewer(in, plan.fewer_warmup_forwards));
+  return schedule_with_their_images(in, llm_device_timelines(in, llm), dependency_points(llm.result, in.micro_batches),
+                                    plan.encoder_plan, encoder_work(in, plan.encoder_plan, llm.result.timeline_replica),
+                                    plan.split, BubbleMode::kFine)
+      .schedule;
 }
 
 }  // namespace fulcrum

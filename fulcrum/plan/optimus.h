@@ -49,7 +49,7 @@ struct OptimusInputs {
   // search_micro_batch_split.
   int64_t exhaustive_split_limit = 64;
   // Beyond it, the descent evaluates at most this many splits per encoder plan.
-  int64_t split_evaluation_budget = 256;
+  int64_t split_evaluation_budget = 128;
 };
 
 // The LLM pipeline simulated alone, with its timeline.
@@ -79,11 +79,26 @@ struct EncoderWork {
 };
 EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int replica = 0);
 
-// The bubble problem of `plan` with `split`: encoder pipeline j carries the LLM micro-batches
-// [split[0] + … + split[j − 1], + split[j]).
+// The bubble problem of `plan` with `split`. Encoder pipeline j's k-th micro-batch carries the images of LLM
+// micro-batch feeds[j][k], which it then must feed (BubbleProblem::llm_micro_batch); without `feeds`, those of
+// the LLM micro-batches [split[0] + … + split[j − 1], + split[j]) in order, and the i-th to finish feeds
+// micro-batch i.
 BubbleProblem encoder_bubble_problem(const OptimusInputs& in, const std::vector<LlmDeviceTimeline>& llm_ranks,
                                      const DependencyPoints& dependency, const EncoderPlan& plan,
-                                     const EncoderWork& work, const MicroBatchSplit& split);
+                                     const EncoderWork& work, const MicroBatchSplit& split,
+                                     const std::vector<std::vector<int>>* feeds = nullptr);
+
+// A split scheduled so that every encoder micro-batch carries the images of the LLM micro-batch it feeds: placed
+// once with Optimus's sorted check, then, unless that kept each pipeline's micro-batches in order, placed again
+// with the map it found fixed and each micro-batch's kernels those of its LLM micro-batch (the data loader feeds
+// each encoder pipeline accordingly).
+struct PlacedEncoder {
+  BubbleProblem problem;
+  BubbleSchedule schedule;
+};
+PlacedEncoder schedule_with_their_images(const OptimusInputs& in, const std::vector<LlmDeviceTimeline>& llm_ranks,
+                                         const DependencyPoints& dependency, const EncoderPlan& plan,
+                                         const EncoderWork& work, const MicroBatchSplit& split, BubbleMode mode);
 
 struct OptimusPlan {
   LlmAlone llm;
@@ -108,6 +123,10 @@ struct OptimusPlan {
 // The best encoder plan and split by the fine schedule's iteration time (ties: the earlier plan, in
 // encoder_plans' order). InputError when the model has no encoder or no encoder plan fits.
 OptimusPlan plan_optimus(const OptimusInputs& in);
+
+// `plan`'s encoder plan, split and warm-up on the step `in.loads` (another step of the same epoch): the fine
+// schedule, each encoder micro-batch carrying its LLM micro-batch's images.
+BubbleSchedule schedule_plan(const OptimusInputs& in, const OptimusPlan& plan);
 
 }  // namespace fulcrum
 

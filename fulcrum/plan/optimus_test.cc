@@ -221,11 +221,53 @@ TEST(Optimus, FewerWarmupForwardsDeferTheLastWarmupMicroBatches) {
   const DependencyPoints b = dependency_points(adjusted.result, 8);
   for (int i = 0; i < 5; ++i) EXPECT_DOUBLE_EQ(b.forward_seconds[i], a.forward_seconds[i]) << i;
   EXPECT_GT(b.forward_seconds[5], a.forward_seconds[5]);
-  // A rank keeps the (2 − 1)·4 + 1 = 5 forwards its first backward needs; the other schedules have no such knob.
+  // The first rank keeps at least the second rank's 8 warm-up forwards: three fewer would deadlock (it would
+  // wait for rank 1's first backward, which needs rank 0's ninth forward); the other schedules have no such knob.
+  EXPECT_THROW(simulate_llm_alone(g.in, {3, 0, 0, 0}), InputError);
   EXPECT_THROW(simulate_llm_alone(g.in, {6, 0, 0, 0}), InputError);
   g.in.llm_layout.vpp = 1;
   g.in.llm_schedule = PipelineKind::kOneFOneB;
   EXPECT_THROW(simulate_llm_alone(g.in, {1, 0, 0, 0}), InputError);
+}
+
+// Each encoder micro-batch carries the images of the LLM micro-batch it feeds: with uneven image counts the
+// placement that Optimus's sorted check finds is placed again with its map fixed, each micro-batch's kernels
+// then its LLM micro-batch's.
+TEST(Optimus, EveryEncoderMicroBatchCarriesTheImagesOfTheOneItFeeds) {
+  EightGpus g;
+  for (int i = 0; i < 8; ++i) g.in.loads.per_replica[0][i].vision = 2 * (1 + i % 3);  // 2, 4 or 6 images
+  EncoderPlan plan;
+  for (const EncoderPlan& p : encoder_plans(g.model, g.in.llm_layout, {{0, 0, 0, 0}, 1e18})) {
+    if (p.pp == 2 && p.tp == 2) plan = p;
+  }
+  ASSERT_EQ(plan.pipelines, 2);
+  const LlmAlone llm = simulate_llm_alone(g.in);
+  const std::vector<LlmDeviceTimeline> ranks = llm_device_timelines(g.in, llm);
+  const DependencyPoints dep = dependency_points(llm.result, 8);
+  const EncoderWork work = encoder_work(g.in, plan);
+  const PlacedEncoder placed = schedule_with_their_images(g.in, ranks, dep, plan, work, {4, 4}, BubbleMode::kFine);
+  EXPECT_TRUE(check_bubble_schedule(placed.problem, placed.schedule).empty());
+  std::vector<int> fed(8, 0);
+  for (int j = 0; j < 2; ++j) {
+    for (int k = 0; k < 4; ++k) {
+      const int i = placed.schedule.llm_micro_batch[j][k];
+      ++fed.at(i);
+      EXPECT_DOUBLE_EQ(kernel_seconds(placed.problem.pipelines[j].forward[0][k]), kernel_seconds(work.forward[0][i]));
+    }
+  }
+  EXPECT_EQ(fed, std::vector<int>(8, 1));
+  // A map given in advance is kept, and a map that feeds a micro-batch twice is refused.
+  BubbleProblem wrong = placed.problem;
+  wrong.llm_micro_batch = {{0, 1, 2, 3}, {3, 4, 5, 6}};
+  EXPECT_THROW(schedule_encoder_bubbles(wrong, BubbleMode::kFine), InputError);
+  BubbleProblem given = placed.problem;
+  given.llm_micro_batch = {{0, 2, 4, 6}, {1, 3, 5, 7}};
+  const BubbleSchedule kept = schedule_encoder_bubbles(given, BubbleMode::kFine);
+  EXPECT_EQ(kept.llm_micro_batch, given.llm_micro_batch);
+  EXPECT_TRUE(check_bubble_schedule(given, kept).empty());
+  BubbleSchedule moved = kept;
+  std::swap(moved.llm_micro_batch[0][0], moved.llm_micro_batch[1][0]);
+  EXPECT_FALSE(check_bubble_schedule(given, moved).empty());
 }
 
 TEST(Optimus, RefusesAModelWithoutEncoder) {

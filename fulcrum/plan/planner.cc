@@ -412,7 +412,10 @@ class Planner {
 
   void prepare_loads(const std::vector<ParallelConfig>& configs) {
     const ModelSampleCost sample_cost(r_.model, cost(), r_.dtype);
-    if (sample_cost.vision_unit() != data_->vision_unit()) {
+    bool has_encoder = false;
+    for (const ComponentSpec& c : r_.model.components) has_encoder = has_encoder || c.role == ComponentRole::kEncoder;
+    // A model without an encoder reads no vision (the LLM alone of a multimodal model keeps its data's counts).
+    if (has_encoder && sample_cost.vision_unit() != data_->vision_unit()) {
       throw InputError(fmt::format("the data counts vision in {}, but model '{}' takes {}",
                                    vision_unit_name(data_->vision_unit()), r_.model.name,
                                    vision_unit_name(sample_cost.vision_unit())));
@@ -636,6 +639,7 @@ class Planner {
     if (!has_encoder) return;
     PlanRequest sub = r_;
     sub.model = llm_only(r_.model);
+    sub.data = data_;  // the samples with their images (synthetic ones included), which the encoders still run
     sub.pinned.reset();
     sub.progress = false;
     sub.llm_in_every_stage = false;
@@ -671,11 +675,11 @@ class Planner {
         const TrainingPlan llm_plan = llm_planner.run();
         const LoadSet& loads = llm_planner.loads_of(llm_plan.config);
         // A smaller split search than `optimus`'s own: this runs beside a whole configuration search.
-        const OptimusOutcome o = encoders_in_bubbles(plan, &llm_plan.schedule, loads, kTrySplitEvaluations);
+        // A candidate slower than the plan on the first step is not scheduled on the others.
+        const OptimusOutcome o = encoders_in_bubbles(plan, &llm_plan.schedule, loads, kTrySplitEvaluations,
+                                                     plan.detail.iteration_seconds);
         if (o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
-          adopt(plan, o, loads);
-          plan.config = llm_plan.config;
-          plan.micro_batches = llm_plan.micro_batches;
+          adopt(plan, o, loads, &llm_plan.config);
         }
       } catch (const InputError&) {
         // No encoder plan fits beside this LLM plan, or the LLM alone fits no schedule: nothing to adopt.
@@ -692,8 +696,11 @@ class Planner {
   // split), searched on the first step of `loads` and scheduled on every one.
   static constexpr int64_t kTrySplitEvaluations = 16;
 
+  // With `give_up_above`: when the first step takes longer than that, the other steps are not scheduled (the
+  // outcome's mean is then that first step's).
   OptimusOutcome encoders_in_bubbles(const TrainingPlan& plan, const Schedule* llm_schedule, const LoadSet& loads,
-                                     int64_t split_evaluation_budget = OptimusInputs{}.split_evaluation_budget) const {
+                                     int64_t split_evaluation_budget = OptimusInputs{}.split_evaluation_budget,
+                                     double give_up_above = std::numeric_limits<double>::infinity()) const {
     const ParallelConfig& c = plan.config;
     OptimusInputs in;
     in.model = &r_.model;
@@ -706,19 +713,20 @@ class Planner {
     in.llm_schedule_given = llm_schedule;
     in.micro_batches = llm_schedule ? llm_schedule->micro_batches : micro_batches_of(c);
     in.dtype = r_.dtype;
+    if (loads.steps.empty()) throw InputError("no step of the plan to place the encoders in");
     in.loads = loads.steps.front();
     in.split_evaluation_budget = split_evaluation_budget;
     in.exhaustive_split_limit = std::min(in.exhaustive_split_limit, split_evaluation_budget);
     OptimusOutcome out;
     out.optimus = std::make_shared<OptimusPlan>(plan_optimus(in));
     double sum = out.optimus->iteration_seconds;
+    if (sum > give_up_above) {
+      out.mean_iteration_seconds = sum;
+      return out;
+    }
     for (size_t k = 1; k < loads.steps.size(); ++k) {
       in.loads = loads.steps[k];
-      const LlmAlone llm = simulate_llm_alone(in);
-      const BubbleProblem problem = encoder_bubble_problem(
-          in, llm_device_timelines(in, llm), dependency_points(llm.result, in.micro_batches), out.optimus->encoder_plan,
-          encoder_work(in, out.optimus->encoder_plan, llm.result.timeline_replica), out.optimus->split);
-      sum += schedule_encoder_bubbles(problem, BubbleMode::kFine).iteration_seconds;
+      sum += schedule_plan(in, *out.optimus).iteration_seconds;
     }
     out.mean_iteration_seconds = sum / static_cast<double>(loads.steps.size());
     return out;
@@ -726,8 +734,12 @@ class Planner {
 
   // `plan` becomes the LLM alone with the encoders in its bubbles: the whole model's FLOPs (the plan's own
   // simulation counted them) over the new iteration time.
-  void adopt(TrainingPlan& plan, const OptimusOutcome& o, const LoadSet& loads) const {
+  // `config` (when given): the LLM plan's own, replacing the plan's.
+  void adopt(TrainingPlan& plan, const OptimusOutcome& o, const LoadSet& loads,
+             const ParallelConfig* config = nullptr) const {
     const OptimusPlan& op = *o.optimus;
+    if (config) plan.config = *config;
+    plan.micro_batches = op.llm.schedule.micro_batches;
     const double model_flops = plan.detail.model_flops;
     const double hardware_flops = plan.detail.hardware_flops;
     plan.iteration_seconds = o.mean_iteration_seconds;
@@ -743,7 +755,7 @@ class Planner {
     const double peak = static_cast<double>(plan.detail.devices) * r_.cluster.device.bf16_flops_per_second;
     plan.detail.mfu = peak > 0 ? model_flops / (op.iteration_seconds * peak) : 0;
     plan.detail.hfu = peak > 0 ? hardware_flops / (op.iteration_seconds * peak) : 0;
-    const int per_stage = plan.config.pp / op.encoder_plan.pp;
+    const int per_stage = op.llm.schedule.layout.pp / op.encoder_plan.pp;
     for (int r = 0; r < static_cast<int>(plan.detail.peak_memory_bytes.size()); ++r) {
       plan.detail.peak_memory_bytes[r] += op.encoder_plan.stage_state_bytes[r / per_stage];
     }

@@ -196,6 +196,15 @@ TEST(MakePlan, OptimusMovesTheEncoderIntoTheLlmsBubbles) {
   EXPECT_EQ(optimus.schedule.model_layers, 83);  // embedding, 80 blocks, final norm, LM head
   EXPECT_GT(optimus.detail.mfu, megatron.detail.mfu);
   EXPECT_NEAR(optimus.detail.mfu / megatron.detail.mfu, megatron.iteration_seconds / optimus.iteration_seconds, 1e-9);
+  EXPECT_GT(optimus.optimus->fine.encoder_compute_seconds, 0);
+  // fulcrum on the same synthetic samples: if it moves the encoders out, they still carry their images.
+  r.pinned.reset();
+  const TrainingPlan fulcrum = make_plan(Strategy::kFulcrum, r);
+  if (fulcrum.optimus) {
+    EXPECT_GT(fulcrum.optimus->fine.encoder_compute_seconds, 0);
+    EXPECT_EQ(fulcrum.schedule.layout.pp, fulcrum.config.pp);
+    EXPECT_EQ(fulcrum.detail.peak_memory_bytes.size(), static_cast<size_t>(fulcrum.config.pp));
+  }
 }
 
 // fulcrum keeps the encoders in bubbles only where that is faster, and never where the request rules it out.

@@ -260,12 +260,17 @@ Schedule make_pipeline_schedule(PipelineKind kind, const ParallelLayout& layout,
         if (static_cast<int>(fewer_warmup_forwards.size()) != pp) {
           throw InputError(fmt::format("fewer warm-up forwards for {} ranks, pp {}", fewer_warmup_forwards.size(), pp));
         }
-        // A rank's first backward needs micro-batch 0 through every chunk: (vpp − 1)·pp + 1 forwards at least.
+        // The last rank's first backward needs micro-batch 0 through every chunk: (vpp − 1)·pp + 1 forwards. An
+        // earlier rank waits for the next rank's first backward, which needs the forwards the next rank ran in
+        // its own warm-up and first steady step: it keeps at least as many warm-up forwards as the next rank.
         const int total = m * layout.vpp;
-        for (int r = 0; r < pp; ++r) {
+        std::vector<int> kept(pp);
+        for (int r = pp - 1; r >= 0; --r) {
           const int warmup = m == pp ? total : std::min(total, (pp - r - 1) * 2 + (layout.vpp - 1) * pp);
-          const int least = (layout.vpp - 1) * pp + 1;
-          if (fewer_warmup_forwards[r] < 0 || warmup - fewer_warmup_forwards[r] < std::min(least, warmup)) {
+          const int least = r == pp - 1 ? std::min(warmup, (layout.vpp - 1) * pp + 1)
+                                        : std::min(kept[r + 1], total - 1);
+          kept[r] = warmup - fewer_warmup_forwards[r];
+          if (fewer_warmup_forwards[r] < 0 || kept[r] < std::min(least, warmup)) {
             throw InputError(fmt::format("rank {} of interleaved 1F1B cannot run {} fewer of its {} warm-up forwards: "
                                          "at least {} must stay", r, fewer_warmup_forwards[r], warmup,
                                          std::min(least, warmup)));

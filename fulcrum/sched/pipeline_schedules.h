@@ -48,7 +48,8 @@ std::vector<Recompute> block_recompute(const ModelSpec& model, Recompute mode);
 // `fewer_warmup_forwards` (interleaved only; one entry per rank) takes forwards off each rank's warm-up, so they
 // run in the steady state instead: Optimus's warm-up adjustment, which defers the first rank's last warm-up
 // forwards of chunk 0 and with them the forward dependency points of their micro-batches, where the encoder
-// feeding them needs the time. A rank keeps at least the (vpp − 1)·pp + 1 forwards its first backward needs.
+// feeding them needs the time. The last rank keeps the (vpp − 1)·pp + 1 forwards its first backward needs, and
+// every other rank at least as many as the rank after it (it waits for that rank's first backward).
 Schedule make_pipeline_schedule(PipelineKind kind, const ParallelLayout& layout, int micro_batches,
                                 std::vector<StageLayers> stages, std::vector<Recompute> recompute,
                                 const std::vector<int>& fewer_warmup_forwards = {});
