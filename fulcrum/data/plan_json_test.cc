@@ -57,6 +57,10 @@ TEST(PlanJson, RefusesValuesThatAreNotWhatTheFieldHolds) {
            id + "]]]]}";
   };
   EXPECT_EQ(plan_from_json(plan("1", R"("packed")", "3"), "p.json").sample_ids(), std::vector<uint32_t>{3});
+  // Any 64-bit seed the writer writes reads back.
+  BatchPlan seeded = plan_from_json(plan("1", R"("packed")", "3"), "p.json");
+  seeded.seed = 18446744073709551615u;
+  EXPECT_EQ(plan_from_json(plan_to_json(seeded), "p.json").seed, seeded.seed);
   const std::pair<std::string, std::string> bad[] = {
       {plan("1", R"("packed")", "2.1e24"), "step 0: rank 0: micro-batch 0: sample id 2.1e+24 is not an id"},
       {plan("1", R"("packed")", "-1"), "sample id -1 is not an id"},
