@@ -68,13 +68,18 @@ inline LayerCost joined_backward(const CostModel& cost, LayerWork work) {
   return out;
 }
 
-// Seconds of a layer's whole backward as a schedule without the split runs it.
-inline double backward_seconds(const CostModel& cost, LayerWork work) {
+// A layer's whole backward as a schedule without the split runs it: its own price where the model has one, else
+// its halves one after another.
+inline LayerCost backward_cost(const CostModel& cost, LayerWork work) {
   if (cost.prices_whole_backward()) {
     work.pass = Pass::kBackward;
-    return cost.layer_cost(work).seconds;
+    return cost.layer_cost(work);
   }
-  return joined_backward(cost, work).seconds;
+  return joined_backward(cost, work);
+}
+
+inline double backward_seconds(const CostModel& cost, const LayerWork& work) {
+  return backward_cost(cost, work).seconds;
 }
 
 }  // namespace fulcrum

@@ -1,5 +1,7 @@
 #include "fulcrum/model/model_spec.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "fulcrum/core/error.h"
@@ -119,6 +121,23 @@ const LayerSpec* ComponentSpec::first_block() const {
 int64_t ComponentSpec::attention_heads() const { return first_block() ? first_block()->heads : 0; }
 
 int64_t ComponentSpec::kv_heads() const { return first_block() ? first_block()->kv_heads : 0; }
+
+bool ModelSpec::has_encoder() const {
+  for (const ComponentSpec& c : components) {
+    if (c.role == ComponentRole::kEncoder) return true;
+  }
+  return false;
+}
+
+std::vector<FlatLayer> flat_layers(const ModelSpec& model) {
+  std::vector<FlatLayer> out;
+  for (int c = 0; c < static_cast<int>(model.components.size()); ++c) {
+    const ComponentSpec& comp = model.components[c];
+    const size_t used = comp.layers.size() - static_cast<size_t>(std::max<int64_t>(0, comp.unused_final_layers));
+    for (size_t i = 0; i < comp.layers.size(); ++i) out.push_back({c, &comp.layers[i], i < used});
+  }
+  return out;
+}
 
 int64_t ModelSpec::parameters() const {
   int64_t total = 0;

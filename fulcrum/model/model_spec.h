@@ -89,8 +89,17 @@ struct ModelSpec {
   int64_t trainable_parameters() const;
   // nullptr when absent.
   const ComponentSpec* find(std::string_view component) const;
+  bool has_encoder() const;  // a component with role kEncoder
   bool operator==(const ModelSpec&) const = default;
 };
+
+// One layer of the flattened model (components in order, their layers in order), as schedules number them.
+struct FlatLayer {
+  int component = 0;
+  const LayerSpec* spec = nullptr;  // into the model, which must outlive it
+  bool runs = true;                 // not among its component's unused final layers
+};
+std::vector<FlatLayer> flat_layers(const ModelSpec& model);
 
 // A chain of `count` identical transformer blocks.
 std::vector<LayerSpec> transformer_blocks(int64_t count, const LayerSpec& block);

@@ -71,20 +71,6 @@ std::vector<EncoderStage> encoder_stages(const ModelSpec& model, const EncoderSi
   return stages;
 }
 
-// The flattened layer's component and spec.
-struct FlatLayer {
-  int component;
-  const LayerSpec* spec;
-};
-
-std::vector<FlatLayer> flat_layers(const ModelSpec& model) {
-  std::vector<FlatLayer> out;
-  for (int c = 0; c < static_cast<int>(model.components.size()); ++c) {
-    for (const LayerSpec& l : model.components[c].layers) out.push_back({c, &l});
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<EncoderPlan> encoder_plans(const ModelSpec& model, const ParallelLayout& llm, const EncoderMemory& memory,

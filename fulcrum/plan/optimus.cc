@@ -16,22 +16,6 @@
 namespace fulcrum {
 namespace {
 
-struct FlatLayer {
-  int component = 0;
-  const LayerSpec* spec = nullptr;
-  bool runs = true;  // not among its component's unused final layers
-};
-
-std::vector<FlatLayer> flat_layers(const ModelSpec& model) {
-  std::vector<FlatLayer> out;
-  for (int c = 0; c < static_cast<int>(model.components.size()); ++c) {
-    const ComponentSpec& comp = model.components[c];
-    const size_t used = comp.layers.size() - static_cast<size_t>(std::max<int64_t>(0, comp.unused_final_layers));
-    for (size_t i = 0; i < comp.layers.size(); ++i) out.push_back({c, &comp.layers[i], i < used});
-  }
-  return out;
-}
-
 using LoadKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 LoadKey key_of(const MicroBatchLoad& l) { return {l.vision, l.llm_tokens, l.llm_tokens_squared, l.sequences}; }
 
@@ -45,14 +29,6 @@ void append(std::vector<Kernel>& out, const LayerCost& cost) {
     return;
   }
   out.insert(out.end(), cost.kernels.begin(), cost.kernels.end());
-}
-
-LayerCost backward_cost(const CostModel& cost, LayerWork work) {
-  if (cost.prices_whole_backward()) {
-    work.pass = Pass::kBackward;
-    return cost.layer_cost(work);
-  }
-  return joined_backward(cost, work);
 }
 
 // Adds [start, end) to sorted intervals, joining it to the last when they touch.

@@ -412,10 +412,8 @@ class Planner {
 
   void prepare_loads(const std::vector<ParallelConfig>& configs) {
     const ModelSampleCost sample_cost(r_.model, cost(), r_.dtype);
-    bool has_encoder = false;
-    for (const ComponentSpec& c : r_.model.components) has_encoder = has_encoder || c.role == ComponentRole::kEncoder;
     // A model without an encoder reads no vision (the LLM alone of a multimodal model keeps its data's counts).
-    if (has_encoder && sample_cost.vision_unit() != data_->vision_unit()) {
+    if (r_.model.has_encoder() && sample_cost.vision_unit() != data_->vision_unit()) {
       throw InputError(fmt::format("the data counts vision in {}, but model '{}' takes {}",
                                    vision_unit_name(data_->vision_unit()), r_.model.name,
                                    vision_unit_name(sample_cost.vision_unit())));
@@ -634,9 +632,7 @@ class Planner {
   }
 
   void try_encoder_bubbles(TrainingPlan& plan) const {
-    bool has_encoder = false;
-    for (const ComponentSpec& c : r_.model.components) has_encoder = has_encoder || c.role == ComponentRole::kEncoder;
-    if (!has_encoder) return;
+    if (!r_.model.has_encoder()) return;
     PlanRequest sub = r_;
     sub.model = llm_only(r_.model);
     sub.data = data_;  // the samples with their images (synthetic ones included), which the encoders still run
