@@ -492,6 +492,19 @@ TEST_F(Cli, PlanOptimusPutsTheEncoderInTheLlmsBubbles) {
                            "--strategy optimus --baseline-config 1,2,4,1,2 --json --quiet --threads 1");
   ASSERT_EQ(again.status, 0) << again.err;
   EXPECT_EQ(without_timing(again.out), without_timing(r.out));
+  // Its schedule file holds the whole model with the encoder section; the simulator runs it in the time planned.
+  const std::string file = (dir_ / "optimus.json").string();
+  const Result saved = run("plan --model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --seq 2048 --image-tokens 256 "
+                           "--strategy optimus --baseline-config 1,2,4,1,2 --no-baselines --quiet --out " + file);
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  const auto plan_file = nlohmann::json::parse(slurp(file));
+  ASSERT_TRUE(plan_file["schedule"].contains("encoder"));
+  EXPECT_EQ(plan_file["schedule"]["encoder"]["pipelines"], o["m"]);
+  const Result sim = run("simulate --model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --mbs 2 --seq 2048 "
+                         "--image-tokens 256 --load-schedule " + file + " --json --quiet");
+  ASSERT_EQ(sim.status, 0) << sim.err;
+  EXPECT_NEAR(nlohmann::json::parse(sim.out)["iteration_seconds"].get<double>(),
+              j["predicted"]["iteration_seconds"].get<double>(), 1e-9);
   const Result llm = run("plan --model gpt-11b --cluster h100:8 --gbs 16 --strategy optimus --baseline-config "
                          "1,2,4,1,2 --no-baselines --quiet");
   EXPECT_EQ(llm.status, 2);
@@ -516,8 +529,9 @@ TEST_F(Cli, PlanBadInput) {
        "--config DP 2 × TP 2 × PP 2 is not the cluster's 16 devices"},
       {"--model gpt-11b --cluster a100:16 --gbs 64 --strategy zero3 --config 16,1,1,1,1", "takes no configuration"},
       {"--model gpt-11b --cluster a100:16 --gbs 64 --dtype fp8", "a100 has none"},
-      {"--model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --strategy optimus --baseline-config 1,2,4,1,2",
-       "--strategy optimus: its encoder schedule has no schedule-file"},
+      {"--model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --strategy optimus --baseline-config 1,2,4,1,2 "
+       "--export megatron",
+       "--strategy optimus: Megatron-LM and DeepSpeed cannot express its encoder plan"},
   };
   const std::string out = (dir_ / "plan.json").string();
   for (const auto& [args, message] : cases) {

@@ -144,7 +144,8 @@ void run_plan(const PlanOptions& o) {
   request.threads = o.threads;
   request.progress = !o.quiet;
   request.llm_in_every_stage = o.megatron_layout;
-  // A schedule file, an exporter and Megatron-LM's layout all need one pipeline over the whole model.
+  // An exporter and Megatron-LM's layout need one pipeline over the whole model, and so does a plan file of
+  // `fulcrum` while fulcrum.runtime does not run encoder sections (--strategy optimus writes its own).
   request.encoder_bubbles = o.out.empty() && o.exporter.empty() && !o.megatron_layout;
   if (o.threads < 1) throw InputError(fmt::format("--threads must be at least 1, got {}", o.threads));
   if (o.image_tokens > 0) {
@@ -158,10 +159,10 @@ void run_plan(const PlanOptions& o) {
   if (!o.exporter.empty() && o.exporter != "megatron" && o.exporter != "deepspeed") {
     throw InputError(fmt::format("--export {}: use megatron or deepspeed", o.exporter));
   }
-  if (strategy == Strategy::kOptimus && (!o.out.empty() || !o.exporter.empty())) {
-    // The schedule file and the exporters describe one pipeline over the whole model; an Optimus plan runs two.
-    throw InputError("--strategy optimus: its encoder schedule has no schedule-file or exporter form yet; drop "
-                     "--out and --export");
+  if (strategy == Strategy::kOptimus && !o.exporter.empty()) {
+    // Megatron-LM's and DeepSpeed's arguments describe one pipeline over the whole model; an Optimus plan runs two.
+    throw InputError("--strategy optimus: Megatron-LM and DeepSpeed cannot express its encoder plan; drop --export "
+                     "(--out writes its schedule)");
   }
   std::optional<LoadedData> loaded;
   if (!o.data.empty()) {
@@ -206,9 +207,8 @@ void run_plan(const PlanOptions& o) {
   const double bound_seconds =
       d.model_flops / (static_cast<double>(request.cluster.devices) *
                        matmul_peak_flops_per_second(request.cluster.device, request.dtype) * cost.efficiency().matmul);
-  const ModelSpec& scheduled_model = plan.optimus ? plan.optimus->llm.model : request.model;
   const int profile_applied =
-      request.profile ? profile_entries_applied(*request.profile, scheduled_model, plan.schedule.layout,
+      request.profile ? profile_entries_applied(*request.profile, request.model, plan.schedule.layout,
                                                 plan.schedule.recompute, request.dtype)
                       : 0;
   if (request.profile) std::cerr << profile_unused_warning(o.profile, *request.profile, profile_applied, request.dtype);

@@ -54,6 +54,11 @@ void check_inputs(const OptimusInputs& in) {
 
 }  // namespace
 
+double encoder_collective_slowdown(const ClusterSpec& cluster) {
+  return cluster.device.communication_shares_compute ? cluster.device.communication_compute_slowdown
+                                                     : kGpuEncoderCollectiveSlowdown;
+}
+
 ModelSpec llm_only(const ModelSpec& model) {
   ModelSpec out;
   out.name = model.name;
@@ -200,6 +205,38 @@ std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, con
   return out;
 }
 
+std::vector<EncoderStagePasses> encoder_stage_passes(const ModelSpec& model, const EncoderPlan& plan) {
+  const std::vector<FlatLayer> layers = flat_layers(model);
+  // Whether something before a layer in its encoder's chain trains: then a frozen layer still passes the
+  // gradient of its input back (a frozen encoder under a trained projector needs none).
+  std::vector<bool> upstream_trains(layers.size(), false);
+  bool trains = false;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const ComponentRole role = model.components[layers[i].component].role;
+    if (role == ComponentRole::kEncoder && (i == 0 || layers[i - 1].component != layers[i].component)) {
+      trains = false;  // a new encoder chain starts
+    }
+    upstream_trains[i] = trains;
+    trains = trains || model.components[layers[i].component].trainable;
+  }
+  std::vector<EncoderStagePasses> out(plan.stages.size());
+  for (size_t e = 0; e < plan.stages.size(); ++e) {
+    for (const StageLayers& range : plan.stages[e].ranges) {
+      for (int32_t l = range.first_layer; l < range.end_layer; ++l) {
+        if (!layers[l].runs) continue;
+        out[e].forward.push_back({l, Pass::kForward});
+        if (model.components[layers[l].component].trainable) {
+          out[e].backward.push_back({l, Pass::kBackward});
+        } else if (upstream_trains[l]) {
+          out[e].backward.push_back({l, Pass::kBackwardInput});
+        }
+      }
+    }
+    std::reverse(out[e].backward.begin(), out[e].backward.end());
+  }
+  return out;
+}
+
 EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int replica) {
   check_inputs(in);
   const ModelSpec& model = *in.model;
@@ -213,20 +250,7 @@ EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int r
   TensorSharding sharding;
   sharding.tp = plan.tp;
   sharding.sequence_parallel = llm.sequence_parallel && plan.tp > 1;
-  // A layer's backward: whole when it trains; its input gradient alone when only something before it in its
-  // encoder's chain trains (a frozen encoder under a trained projector needs none).
-  std::vector<bool> upstream_trains(layers.size(), false);
-  {
-    bool trains = false;
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const ComponentRole role = model.components[layers[i].component].role;
-      if (role == ComponentRole::kEncoder && (i == 0 || layers[i - 1].component != layers[i].component)) {
-        trains = false;  // a new encoder chain starts
-      }
-      upstream_trains[i] = trains;
-      trains = trains || model.components[layers[i].component].trainable;
-    }
-  }
+  const std::vector<EncoderStagePasses> passes = encoder_stage_passes(model, plan);
   EncoderWork out;
   const int stages = static_cast<int>(plan.stages.size());
   out.forward.assign(stages, std::vector<std::vector<Kernel>>(in.micro_batches));
@@ -242,37 +266,32 @@ EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int r
         out.backward[e][i] = out.backward[e][it->second];
         continue;
       }
-      std::vector<Kernel>& fwd = out.forward[e][i];
-      std::vector<Kernel>& bwd = out.backward[e][i];
-      std::vector<std::pair<LayerWork, bool>> backward_layers;  // (work, whole backward)
-      for (const StageLayers& range : plan.stages[e].ranges) {
-        for (int32_t l = range.first_layer; l < range.end_layer; ++l) {
-          const FlatLayer& fl = layers[l];
-          if (!fl.runs) continue;
-          LayerWork w;
-          w.layer = fl.spec;
-          w.pass = Pass::kForward;
-          w.batch = component_batch(model, fl.component, loads[i]);
-          if (w.batch.tokens <= 0) continue;
-          w.sharding = sharding;
-          w.trainable = model.components[fl.component].trainable;
-          w.dtype = in.dtype;
-          append(fwd, in.cost->layer_cost(w));
-          if (w.trainable || upstream_trains[l]) backward_layers.emplace_back(w, w.trainable);
-          if (l + 1 == range.end_layer) {
-            largest_boundary_bytes = std::max(
-                largest_boundary_bytes, element * static_cast<double>(w.batch.tokens * fl.spec->hidden));
+      auto work = [&](const EncoderLayerPass& lp) {
+        const FlatLayer& fl = layers[lp.layer];
+        LayerWork w;
+        w.layer = fl.spec;
+        w.pass = lp.pass;
+        w.batch = component_batch(model, fl.component, loads[i]);
+        w.sharding = sharding;
+        w.trainable = model.components[fl.component].trainable;
+        w.dtype = in.dtype;
+        return w;
+      };
+      for (const EncoderLayerPass& lp : passes[e].forward) {
+        const LayerWork w = work(lp);
+        if (w.batch.tokens <= 0) continue;
+        append(out.forward[e][i], in.cost->layer_cost(w));
+        for (const StageLayers& range : plan.stages[e].ranges) {
+          if (lp.layer + 1 == range.end_layer) {
+            largest_boundary_bytes = std::max(largest_boundary_bytes,
+                                              element * static_cast<double>(w.batch.tokens * w.layer->hidden));
           }
         }
       }
-      for (auto it_b = backward_layers.rbegin(); it_b != backward_layers.rend(); ++it_b) {
-        LayerWork w = it_b->first;
-        if (it_b->second) {
-          append(bwd, backward_cost(*in.cost, w));
-        } else {
-          w.pass = Pass::kBackwardInput;
-          append(bwd, in.cost->layer_cost(w));
-        }
+      for (const EncoderLayerPass& lp : passes[e].backward) {
+        const LayerWork w = work(lp);
+        if (w.batch.tokens <= 0) continue;
+        append(out.backward[e][i], lp.pass == Pass::kBackward ? backward_cost(*in.cost, w) : in.cost->layer_cost(w));
       }
     }
   }
@@ -322,9 +341,7 @@ BubbleProblem encoder_bubble_problem(const OptimusInputs& in, const std::vector<
   p.llm_ranks = llm_ranks;
   p.dependency = dependency;
   p.transfer_seconds = work.transfer_seconds;
-  p.communication_slowdown = in.cluster->device.communication_shares_compute
-                                 ? in.cluster->device.communication_compute_slowdown
-                                 : kGpuEncoderCollectiveSlowdown;
+  p.communication_slowdown = encoder_collective_slowdown(*in.cluster);
   int first = 0;
   for (int j = 0; j < plan.pipelines; ++j) {
     EncoderPipelineWork w;
@@ -472,12 +489,16 @@ OptimusPlan plan_optimus(const OptimusInputs& in) {
   return out;
 }
 
-BubbleSchedule schedule_plan(const OptimusInputs& in, const OptimusPlan& plan) {
-  const LlmAlone llm = simulate_llm_alone(in, first_rank_fewer(in, plan.fewer_warmup_forwards));
-  return schedule_with_their_images(in, llm_device_timelines(in, llm), dependency_points(llm.result, in.micro_batches),
-                                    plan.encoder_plan, encoder_work(in, plan.encoder_plan, llm.result.timeline_replica),
-                                    plan.split, BubbleMode::kFine)
-      .schedule;
+OptimusPlan plan_step(const OptimusInputs& in, const OptimusPlan& plan) {
+  OptimusPlan out = plan;
+  out.llm = simulate_llm_alone(in, first_rank_fewer(in, plan.fewer_warmup_forwards));
+  out.fine = schedule_with_their_images(in, llm_device_timelines(in, out.llm),
+                                        dependency_points(out.llm.result, in.micro_batches), plan.encoder_plan,
+                                        encoder_work(in, plan.encoder_plan, out.llm.result.timeline_replica),
+                                        plan.split, BubbleMode::kFine)
+                 .schedule;
+  out.iteration_seconds = out.fine.iteration_seconds;
+  return out;
 }
 
 }  // namespace fulcrum

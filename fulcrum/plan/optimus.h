@@ -28,6 +28,9 @@ namespace fulcrum {
 // kind) are charged their own communication_compute_slowdown instead.
 inline constexpr double kGpuEncoderCollectiveSlowdown = 0.15;
 
+// The slowdown the bubble scheduler charges per second of encoder collective beside LLM compute on `cluster`.
+double encoder_collective_slowdown(const ClusterSpec& cluster);
+
 // The model without its encoders and projectors: what the LLM pipeline runs. InputError without an LLM.
 ModelSpec llm_only(const ModelSpec& model);
 
@@ -66,6 +69,19 @@ LlmAlone simulate_llm_alone(const OptimusInputs& in, const std::vector<int>& few
 // transformer blocks (with its recomputation, for a backward), repeated once per block and scaled so that the
 // compute and the collectives add up to what the simulator gave the pass. The optimizer step is compute.
 std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, const LlmAlone& llm);
+
+// One encoder layer's pass as an encoder plan runs it: the forward; in the backward, the whole backward of a
+// trained layer, or the input gradient alone of a frozen one with something trained before it in its chain.
+struct EncoderLayerPass {
+  int32_t layer = 0;  // flattened
+  Pass pass = Pass::kForward;
+};
+struct EncoderStagePasses {
+  std::vector<EncoderLayerPass> forward;   // downstream order
+  std::vector<EncoderLayerPass> backward;  // upstream order; empty for a stage with nothing to train
+};
+// Per stage of `plan`, the layer passes its forward and backward run, in the order they run.
+std::vector<EncoderStagePasses> encoder_stage_passes(const ModelSpec& model, const EncoderPlan& plan);
 
 // The kernels of an encoder plan's passes, per stage and LLM micro-batch (whose load each encoder micro-batch
 // carries) of data-parallel replica `replica` (the one whose LLM timeline is scheduled against), and what a
@@ -124,9 +140,10 @@ struct OptimusPlan {
 // encoder_plans' order). InputError when the model has no encoder or no encoder plan fits.
 OptimusPlan plan_optimus(const OptimusInputs& in);
 
-// `plan`'s encoder plan, split and warm-up on the step `in.loads` (another step of the same epoch): the fine
-// schedule, each encoder micro-batch carrying its LLM micro-batch's images.
-BubbleSchedule schedule_plan(const OptimusInputs& in, const OptimusPlan& plan);
+// `plan`'s encoder plan, split and warm-up on the step `in.loads` (another step of the same epoch): the LLM
+// simulated on that step and the fine schedule of its bubbles, each encoder micro-batch carrying its LLM
+// micro-batch's images. The coarse schedule and the search figures stay `plan`'s.
+OptimusPlan plan_step(const OptimusInputs& in, const OptimusPlan& plan);
 
 }  // namespace fulcrum
 

@@ -7,6 +7,7 @@
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/model/model_presets.h"
+#include "fulcrum/plan/eight_gpu_example.h"
 
 namespace fulcrum {
 namespace {
@@ -17,28 +18,7 @@ double kernel_seconds(const std::vector<Kernel>& kernels) {
   return s;
 }
 
-// The paper's 8-GPU example (Fig. 5): the LLM on DP 1, PP 4, TP 2; 8 micro-batches of 2 samples of 2,048 tokens
-// and one 256-token image each.
-struct EightGpus {
-  ModelSpec model = model_preset("vit-3b+gpt-11b");
-  ClusterSpec cluster = cluster_preset("h100:8");
-  AnalyticCost cost{cluster};
-  OptimusInputs in;
-
-  EightGpus() {
-    in.model = &model;
-    in.cluster = &cluster;
-    in.cost = &cost;
-    in.efficiency = cost.efficiency();
-    in.llm_layout.dp = 1;
-    in.llm_layout.pp = 4;
-    in.llm_layout.tp = 2;
-    in.llm_layout.sequence_parallel = true;
-    in.llm_schedule = PipelineKind::kOneFOneB;
-    in.micro_batches = 8;
-    in.loads = uniform_loads(8, 2, 2048, 1);
-  }
-};
+using EightGpus = EightGpuExample;
 
 TEST(Optimus, TheLlmAloneKeepsOnlyTheLlm) {
   const ModelSpec model = model_preset("vit-3b+gpt-11b");

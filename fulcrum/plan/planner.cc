@@ -18,6 +18,7 @@
 #include "fulcrum/cost/model_sample_cost.h"
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
+#include "fulcrum/plan/optimus_schedule.h"
 #include "fulcrum/plan/partition.h"
 #include "fulcrum/plan/recompute.h"
 #include "fulcrum/sched/pipeline_schedules.h"
@@ -624,10 +625,10 @@ class Planner {
     return out;
   }
 
-  // Optimus on the chosen LLM plan: the encoder plan and split searched on the first sampled step, then the
-  // same plan and split scheduled on every sampled step for the mean iteration time.
+  // Optimus on the chosen LLM plan: the encoder plan and split searched on the first sampled step, and its
+  // schedule, static as Optimus's is, run on every sampled step for the mean iteration time.
   void move_encoders_into_bubbles(TrainingPlan& plan) const {
-    const OptimusOutcome o = encoders_in_bubbles(plan, nullptr, loads_of(plan.config));
+    const OptimusOutcome o = encoders_in_bubbles(plan, nullptr, loads_of(plan.config), StepSchedules::kStatic);
     adopt(plan, o, loads_of(plan.config));
   }
 
@@ -672,8 +673,8 @@ class Planner {
         const LoadSet& loads = llm_planner.loads_of(llm_plan.config);
         // A smaller split search than `optimus`'s own: this runs beside a whole configuration search.
         // A candidate slower than the plan on the first step is not scheduled on the others.
-        const OptimusOutcome o = encoders_in_bubbles(plan, &llm_plan.schedule, loads, kTrySplitEvaluations,
-                                                     plan.detail.iteration_seconds);
+        const OptimusOutcome o = encoders_in_bubbles(plan, &llm_plan.schedule, loads, StepSchedules::kPerStep,
+                                                     kTrySplitEvaluations, plan.detail.iteration_seconds);
         if (o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
           adopt(plan, o, loads, &llm_plan.config);
         }
@@ -685,16 +686,24 @@ class Planner {
 
   struct OptimusOutcome {
     std::shared_ptr<OptimusPlan> optimus;
+    Schedule schedule;  // the first step's, over the whole model (optimus_schedule)
+    SimResult detail;   // its simulation on the first step
     double mean_iteration_seconds = 0;
   };
 
+  // How the encoders' bubble schedule meets the epoch's steps: one schedule made on the first step and run on
+  // every one, whatever images they carry (Optimus's static schedule), or each step's own, made from its
+  // batches, which are known before the epoch starts (Fulcrum's).
+  enum class StepSchedules { kStatic, kPerStep };
+
   // The encoders of `plan`'s model on their own plan in the bubbles of its LLM (`llm_schedule`, or the even
-  // split), searched on the first step of `loads` and scheduled on every one.
+  // split), searched on the first step of `loads`; the whole model's schedule simulated on every step.
   static constexpr int64_t kTrySplitEvaluations = 16;
 
   // With `give_up_above`: when the first step takes longer than that, the other steps are not scheduled (the
   // outcome's mean is then that first step's).
   OptimusOutcome encoders_in_bubbles(const TrainingPlan& plan, const Schedule* llm_schedule, const LoadSet& loads,
+                                     StepSchedules step_schedules,
                                      int64_t split_evaluation_budget = OptimusInputs{}.split_evaluation_budget,
                                      double give_up_above = std::numeric_limits<double>::infinity()) const {
     const ParallelConfig& c = plan.config;
@@ -715,46 +724,45 @@ class Planner {
     in.exhaustive_split_limit = std::min(in.exhaustive_split_limit, split_evaluation_budget);
     OptimusOutcome out;
     out.optimus = std::make_shared<OptimusPlan>(plan_optimus(in));
-    double sum = out.optimus->iteration_seconds;
+    SimOptions options;
+    options.dtype = r_.dtype;
+    auto run = [&](const Schedule& s, const MicroBatchLoads& step) {
+      return simulate(s, r_.model, r_.cluster, cost(), analytic_.efficiency(), step, options);
+    };
+    out.schedule = optimus_schedule(in, *out.optimus);
+    out.detail = run(out.schedule, in.loads);
+    double sum = out.detail.iteration_seconds;
     if (sum > give_up_above) {
       out.mean_iteration_seconds = sum;
       return out;
     }
     for (size_t k = 1; k < loads.steps.size(); ++k) {
       in.loads = loads.steps[k];
-      sum += schedule_plan(in, *out.optimus).iteration_seconds;
+      if (step_schedules == StepSchedules::kStatic) {
+        sum += run(out.schedule, in.loads).iteration_seconds;
+      } else {
+        sum += run(optimus_schedule(in, plan_step(in, *out.optimus)), in.loads).iteration_seconds;
+      }
     }
     out.mean_iteration_seconds = sum / static_cast<double>(loads.steps.size());
     return out;
   }
 
-  // `plan` becomes the LLM alone with the encoders in its bubbles: the whole model's FLOPs (the plan's own
-  // simulation counted them) over the new iteration time.
+  // `plan` becomes the LLM alone with the encoders in its bubbles: the whole model's schedule and its
+  // simulation on the first step (encoder state and FLOPs included), the mean over the steps.
   // `config` (when given): the LLM plan's own, replacing the plan's.
   void adopt(TrainingPlan& plan, const OptimusOutcome& o, const LoadSet& loads,
              const ParallelConfig* config = nullptr) const {
     const OptimusPlan& op = *o.optimus;
     if (config) plan.config = *config;
     plan.micro_batches = op.llm.schedule.micro_batches;
-    const double model_flops = plan.detail.model_flops;
-    const double hardware_flops = plan.detail.hardware_flops;
     plan.iteration_seconds = o.mean_iteration_seconds;
     plan.steps_per_epoch = loads.steps_per_epoch;
     plan.samples_per_step = loads.samples_per_step;
     plan.epoch_seconds = plan.iteration_seconds * static_cast<double>(loads.steps_per_epoch);
-    plan.schedule = op.llm.schedule;
+    plan.schedule = o.schedule;
     plan.config.schedule = op.llm.schedule.kind;
-    plan.detail = op.llm.result;
-    plan.detail.iteration_seconds = op.iteration_seconds;
-    plan.detail.model_flops = model_flops;
-    plan.detail.hardware_flops = hardware_flops;
-    const double peak = static_cast<double>(plan.detail.devices) * r_.cluster.device.bf16_flops_per_second;
-    plan.detail.mfu = peak > 0 ? model_flops / (op.iteration_seconds * peak) : 0;
-    plan.detail.hfu = peak > 0 ? hardware_flops / (op.iteration_seconds * peak) : 0;
-    const int per_stage = op.llm.schedule.layout.pp / op.encoder_plan.pp;
-    for (int r = 0; r < static_cast<int>(plan.detail.peak_memory_bytes.size()); ++r) {
-      plan.detail.peak_memory_bytes[r] += op.encoder_plan.stage_state_bytes[r / per_stage];
-    }
+    plan.detail = o.detail;
     plan.optimus = o.optimus;
   }
 

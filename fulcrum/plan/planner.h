@@ -28,10 +28,10 @@ namespace fulcrum {
 //   omnibal   ISF batches, OmniBal's anchored partition search, adaptive recomputation
 //   optimus   Optimus (reference/optimus.md): megatron's LLM plan with the LLM alone on its pipeline (its blocks
 //             split evenly), the encoders on their own plan over the same devices, their kernels scheduled into
-//             the LLM's bubbles (optimus.h)
+//             the LLM's bubbles (optimus.h) once, on the first step, and that static schedule run on every step
 //   fulcrum   Fulcrum's batches, the exact min-max partition (boundary transfers included), adaptive
 //             recomputation, and the full search (zero-bubble schedules, ZeRO-3 without a pipeline); then the
-//             encoders in the LLM's bubbles where that is faster
+//             encoders in the LLM's bubbles where that is faster, their schedule made for each step's batches
 // Every searched configuration uses sequence parallelism with tensor parallelism, and the distributed optimizer
 // with data parallelism.
 enum class Strategy { kZero3, kMegatron, kBalanced, kOmnibal, kOptimus, kFulcrum };
@@ -107,7 +107,7 @@ struct PlanRequest {
   // in the first stage with LLM layers).
   bool llm_in_every_stage = false;
   // Recipes with try_encoder_bubbles may move the encoders into the LLM's bubbles. Off where the plan must be
-  // one pipeline over the whole model (a schedule file, an exporter, Megatron-LM's layout).
+  // one pipeline over the whole model (an exporter, Megatron-LM's layout, a plan file for fulcrum.runtime).
   bool encoder_bubbles = true;
   int sampled_steps = 8;  // steps of the epoch simulated per candidate, spread evenly; their mean is used
   int threads = 2;
@@ -128,8 +128,8 @@ struct TrainingPlan {
   int candidates = 0;            // configurations evaluated
   int feasible = 0;              // of which fit in memory
   // With the encoders in bubbles: the encoder plan, split and bubble schedules (of the first simulated step).
-  // `schedule` and `detail` are then the LLM's alone (optimus->llm.model's layers); iteration and epoch times,
-  // MFU and HFU are the whole model's, encoders in bubbles included.
+  // `schedule` is then the whole model's with its encoder section (optimus_schedule.h) and `detail` its
+  // simulation on the first step.
   std::shared_ptr<const OptimusPlan> optimus;
 };
 

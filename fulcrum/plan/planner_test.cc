@@ -7,6 +7,7 @@
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/model_presets.h"
+#include "fulcrum/sched/validate.h"
 
 namespace fulcrum {
 namespace {
@@ -192,8 +193,12 @@ TEST(MakePlan, OptimusMovesTheEncoderIntoTheLlmsBubbles) {
   EXPECT_EQ(optimus.config.pp, 4);
   EXPECT_EQ(optimus.config.tp, 2);
   EXPECT_LT(optimus.iteration_seconds, megatron.iteration_seconds);
-  // The schedule is the LLM's alone, its blocks split evenly: 80 blocks, 20 a stage.
-  EXPECT_EQ(optimus.schedule.model_layers, 83);  // embedding, 80 blocks, final norm, LM head
+  // The schedule is the whole model's: the encoder section over the ViT and projector (50 layers), the LLM's
+  // stages over the 83 after them (embedding, 80 blocks, final norm, LM head), its blocks split evenly.
+  EXPECT_EQ(optimus.schedule.model_layers, 50 + 83);
+  ASSERT_TRUE(optimus.schedule.encoder.present());
+  EXPECT_EQ(optimus.schedule.stages.front().first_layer, 50);
+  EXPECT_NO_THROW(validate(optimus.schedule));
   EXPECT_GT(optimus.detail.mfu, megatron.detail.mfu);
   EXPECT_NEAR(optimus.detail.mfu / megatron.detail.mfu, megatron.iteration_seconds / optimus.iteration_seconds, 1e-9);
   EXPECT_GT(optimus.optimus->fine.encoder_compute_seconds, 0);
@@ -204,6 +209,8 @@ TEST(MakePlan, OptimusMovesTheEncoderIntoTheLlmsBubbles) {
     EXPECT_GT(fulcrum.optimus->fine.encoder_compute_seconds, 0);
     EXPECT_EQ(fulcrum.schedule.layout.pp, fulcrum.config.pp);
     EXPECT_EQ(fulcrum.detail.peak_memory_bytes.size(), static_cast<size_t>(fulcrum.config.pp));
+    EXPECT_TRUE(fulcrum.schedule.encoder.present());
+    EXPECT_NO_THROW(validate(fulcrum.schedule));
   }
 }
 

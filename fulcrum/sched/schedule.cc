@@ -38,7 +38,9 @@ std::string_view collective_kind_name(CollectiveKind kind) {
   return "?";
 }
 
-std::string_view device_group_name(DeviceGroup) { return "data"; }
+std::string_view device_group_name(DeviceGroup group) {
+  return group == DeviceGroup::kData ? "data" : "encoder_data";
+}
 
 std::string_view collective_tensor_name(CollectiveTensor tensor) {
   return tensor == CollectiveTensor::kGradients ? "gradients" : "parameters";
@@ -81,11 +83,15 @@ int Schedule::stage_of_layer(int64_t layer) const {
   return -1;
 }
 
+int32_t first_llm_layer(const Schedule& schedule) {
+  return schedule.stages.empty() ? 0 : schedule.stages.front().first_layer;
+}
+
 std::vector<int> max_micro_batches_in_flight(const Schedule& schedule) {
   std::vector<int> now(schedule.stages.size(), 0), most(schedule.stages.size(), 0);
   for (const Program& p : schedule.programs) {
     for (const Instruction& in : p.instructions) {
-      if (in.stage < 0 || static_cast<size_t>(in.stage) >= now.size()) continue;
+      if (in.encoder_pipeline >= 0 || in.stage < 0 || static_cast<size_t>(in.stage) >= now.size()) continue;
       if (in.op == OpKind::kForward) {
         most[in.stage] = std::max(most[in.stage], ++now[in.stage]);
       } else if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput) {

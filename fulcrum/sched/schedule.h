@@ -69,8 +69,9 @@ std::string_view payload_name(Payload payload);
 enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather };
 std::string_view collective_kind_name(CollectiveKind kind);
 
-// Who takes part in a collective: the stage's data-parallel replicas (gradients, sharded parameters).
-enum class DeviceGroup : uint8_t { kData };
+// Who takes part in a collective: the stage's data-parallel replicas (gradients, sharded parameters), or for an
+// encoder instruction the encoder stage's replicas (every encoder pipeline of every LLM pipeline).
+enum class DeviceGroup : uint8_t { kData, kEncoderData };
 std::string_view device_group_name(DeviceGroup group);
 
 // What a collective moves: the stage's gradients (after its last backward) or its parameters (before use).
@@ -96,6 +97,17 @@ struct Instruction {
   int32_t wave = -1;    // kWaveBoundary
   int32_t buffer = -1;  // kAllocate, kFree
   int64_t bytes = 0;    // kAllocate
+  // Encoder instructions (Schedule::encoder): the rank's encoder pipeline they belong to, whose stage `stage` and
+  // whose own micro-batch `micro_batch` they name (EncoderSection::llm_micro_batch maps it to the LLM's). -1: an
+  // instruction of the LLM. Encoder instructions are kEncoderKernels, kSend, kRecv and kCollective.
+  int32_t encoder_pipeline = -1;
+  // kSend, kRecv: the peer's encoder pipeline, -1 for the LLM. The micro-batch is always the instruction's own
+  // side's: the LLM's first stage receives micro-batch i from the encoder micro-batch k that feeds it.
+  int32_t peer_encoder_pipeline = -1;
+  // kEncoderKernels: the kernels run inside the LLM pass just before them in the program (its tensor-parallel
+  // gaps take their compute; their collectives run beside its compute), not after it. What does not fit the
+  // pass's gaps runs after the pass and delays what follows.
+  bool inside_pass = false;
 };
 
 bool is_compute(OpKind kind);
@@ -110,6 +122,40 @@ std::string_view pipeline_kind_name(PipelineKind kind);
 // "gpipe", "1f1b", "interleaved", "zb-h1"; InputError otherwise.
 PipelineKind parse_pipeline_kind(std::string_view name);
 
+// Optimus (reference/optimus.md): the encoders' own DP × PP × TP plan over the same devices as the LLM. Each LLM
+// pipeline's pp × tp devices host `pipelines` encoder pipelines of `pp` encoder stages; with g = layout.pp / pp
+// and h = layout.tp / tp, encoder pipeline j = a·h + b runs its stage e on LLM pipeline rank e·g + a, on the
+// tensor slice b (tensor ranks [b·tp, (b + 1)·tp)). Every device thus holds one encoder stage. The LLM's
+// stages then cover the layers after the encoder side's, and the encoder stages the layers before.
+struct EncoderSection {
+  int dp = 1;         // encoder replicas of each stage over the whole job: pipelines × the LLM's dp
+  int pp = 1;
+  int tp = 1;
+  int pipelines = 0;  // per LLM pipeline; 0: no encoder section (the encoders, if any, are in the LLM's stages)
+  // [encoder stage]: its flattened layers, one range per encoder (the projectors in the last stage's).
+  std::vector<std::vector<StageLayers>> stages;
+  // [pipeline][k]: the LLM micro-batch that encoder micro-batch k of the pipeline feeds (whose images it
+  // carries). Together a permutation of the LLM pipeline's micro-batches.
+  std::vector<std::vector<int32_t>> llm_micro_batch;
+  // LLM compute seconds lost per second of encoder collective running beside an LLM pass.
+  double collective_slowdown = 0;
+
+  bool present() const { return pipelines > 0; }
+  int slices(const ParallelLayout& llm) const { return llm.tp / tp; }
+  int rank_of(const ParallelLayout& llm, int pipeline, int stage) const {
+    return stage * (llm.pp / pp) + pipeline / slices(llm);
+  }
+  int slice_of(const ParallelLayout& llm, int pipeline) const { return pipeline % slices(llm); }
+  // The encoder stage every device of LLM rank `rank` holds.
+  int stage_on_rank(const ParallelLayout& llm, int rank) const { return rank / (llm.pp / pp); }
+  // The pipeline whose stage runs on (rank, slice).
+  int pipeline_on(const ParallelLayout& llm, int rank, int slice) const {
+    return (rank % (llm.pp / pp)) * slices(llm) + slice;
+  }
+  // Micro-batches of pipeline j.
+  int micro_batches(int pipeline) const { return static_cast<int>(llm_micro_batch[pipeline].size()); }
+};
+
 struct Schedule {
   PipelineKind kind = PipelineKind::kCustom;
   ParallelLayout layout;
@@ -118,12 +164,16 @@ struct Schedule {
   std::vector<StageLayers> stages;     // layout.stages() entries, in order
   std::vector<Recompute> recompute;    // per flattened layer
   std::vector<Program> programs;       // layout.pp entries, one per pipeline rank
+  EncoderSection encoder;              // Optimus's encoder plan, when present
 
   // Instructions over all programs.
   int64_t instruction_count() const;
   // The stage holding flattened layer `layer`, or -1.
   int stage_of_layer(int64_t layer) const;
 };
+
+// The first layer the LLM's stages cover: 0, or the layers of the encoder section before it.
+int32_t first_llm_layer(const Schedule& schedule);
 
 // Per stage, the most micro-batches whose activations it holds at once: forwards run minus backwards (whole, or
 // the input-gradient half, after which a zero-bubble schedule's deferred weight gradient keeps only the

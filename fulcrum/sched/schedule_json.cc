@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -13,6 +14,8 @@ namespace fulcrum {
 namespace {
 
 using Json = nlohmann::json;
+
+constexpr int64_t kMaxDegree = 1 << 20;  // a million devices in any one dimension
 
 const char* recompute_name(Recompute r) {
   switch (r) {
@@ -48,14 +51,24 @@ Json instruction_json(const Instruction& in) {
   if (const char* name = compute_name(in.op)) return Json::array({name, in.stage, in.micro_batch});
   switch (in.op) {
     case OpKind::kSend:
-    case OpKind::kRecv:
-      return Json::array({in.op == OpKind::kSend ? "send" : "recv", payload_name(in.payload), in.stage,
-                          in.micro_batch, in.peer_stage});
-    case OpKind::kCollective:
-      return Json::array({"collective", collective_kind_name(in.collective), collective_tensor_name(in.tensor), in.stage});
+    case OpKind::kRecv: {
+      Json j = Json::array({in.op == OpKind::kSend ? "send" : "recv", payload_name(in.payload), in.stage,
+                            in.micro_batch, in.peer_stage});
+      // An encoder's side of the transfer names both pipelines (-1: the LLM); LLM to LLM keeps the short form.
+      if (in.encoder_pipeline >= 0 || in.peer_encoder_pipeline >= 0) {
+        j.push_back(in.encoder_pipeline);
+        j.push_back(in.peer_encoder_pipeline);
+      }
+      return j;
+    }
+    case OpKind::kCollective: {
+      Json j = Json::array({"collective", collective_kind_name(in.collective), collective_tensor_name(in.tensor), in.stage});
+      if (in.encoder_pipeline >= 0) j.push_back(in.encoder_pipeline);  // over the encoder's data-parallel group
+      return j;
+    }
     case OpKind::kEncoderKernels:
-      return Json::array({"encoder", in.stage, in.micro_batch, in.layer, pass_name(in.pass), in.kernel_begin,
-                          in.kernel_end});
+      return Json::array({"encoder", in.encoder_pipeline, in.stage, in.micro_batch, in.layer, pass_name(in.pass),
+                          in.kernel_begin, in.kernel_end, in.inside_pass ? "inside_pass" : "after_pass"});
     case OpKind::kWaveBoundary:
       return Json::array({"wave", in.wave});
     case OpKind::kAllocate:
@@ -124,7 +137,9 @@ class Reader {
       }
     }
     if (name == "send" || name == "recv") {
-      arity(5);
+      if (j.size() != 5 && j.size() != 7) {
+        fail(where, "\"{}\" takes 5 fields (7 with encoder pipelines), not {}", name, j.size());
+      }
       in.op = name == "send" ? OpKind::kSend : OpKind::kRecv;
       const std::string payload = string(j[1], at(1));
       if (payload != "activation" && payload != "gradient") fail(at(1), "payload '{}': activation or gradient", payload);
@@ -132,10 +147,19 @@ class Reader {
       in.stage = int32(j[2], at(2));
       in.micro_batch = int32(j[3], at(3));
       in.peer_stage = int32(j[4], at(4));
+      if (j.size() == 7) {
+        in.encoder_pipeline = int32(j[5], at(5), -1);
+        in.peer_encoder_pipeline = int32(j[6], at(6), -1);
+        if (in.encoder_pipeline < 0 && in.peer_encoder_pipeline < 0) {
+          fail(where, "both sides are the LLM's (encoder pipelines -1): use the 5-field form");
+        }
+      }
       return in;
     }
     if (name == "collective") {
-      arity(4);
+      if (j.size() != 4 && j.size() != 5) {
+        fail(where, "\"collective\" takes 4 fields (5 with an encoder pipeline), not {}", j.size());
+      }
       in.op = OpKind::kCollective;
       const std::string kind = string(j[1], at(1));
       bool found = false;
@@ -147,22 +171,32 @@ class Reader {
       if (tensor != "gradients" && tensor != "parameters") fail(at(2), "tensor '{}': gradients or parameters", tensor);
       in.tensor = tensor == "gradients" ? CollectiveTensor::kGradients : CollectiveTensor::kParameters;
       in.stage = int32(j[3], at(3));
+      if (j.size() == 5) {
+        in.encoder_pipeline = int32(j[4], at(4));
+        in.group = DeviceGroup::kEncoderData;
+      }
       return in;
     }
     if (name == "encoder") {
-      arity(7);
+      arity(9);
       in.op = OpKind::kEncoderKernels;
-      in.stage = int32(j[1], at(1));
-      in.micro_batch = int32(j[2], at(2));
-      in.layer = int32(j[3], at(3));
-      const std::string pass = string(j[4], at(4));
+      in.encoder_pipeline = int32(j[1], at(1));
+      in.stage = int32(j[2], at(2));
+      in.micro_batch = int32(j[3], at(3));
+      in.layer = int32(j[4], at(4));
+      const std::string pass = string(j[5], at(5));
       bool found = false;
-      for (Pass p : {Pass::kForward, Pass::kBackwardInput, Pass::kBackwardWeight, Pass::kRecompute}) {
+      for (Pass p : {Pass::kForward, Pass::kBackward, Pass::kBackwardInput, Pass::kBackwardWeight, Pass::kRecompute}) {
         if (pass == pass_name(p)) in.pass = p, found = true;
       }
-      if (!found) fail(at(4), "pass '{}': forward, backward_input, backward_weight or recompute", pass);
-      in.kernel_begin = int32(j[5], at(5));
-      in.kernel_end = int32(j[6], at(6));
+      if (!found) fail(at(5), "pass '{}': forward, backward, backward_input, backward_weight or recompute", pass);
+      in.kernel_begin = int32(j[6], at(6));
+      in.kernel_end = int32(j[7], at(7));
+      const std::string placement = string(j[8], at(8));
+      if (placement != "inside_pass" && placement != "after_pass") {
+        fail(at(8), "placement '{}': inside_pass or after_pass", placement);
+      }
+      in.inside_pass = placement == "inside_pass";
       return in;
     }
     if (name == "wave") {
@@ -189,9 +223,53 @@ class Reader {
     fail(at(0), "unknown instruction '{}'", name);
   }
 
+  // The "encoder" object: Optimus's encoder plan. Whether its counts fit the layout is validate()'s to check.
+  EncoderSection encoder(const Json& j) const {
+    only_keys(j, {"dp", "pp", "tp", "pipelines", "stages", "llm_micro_batch", "collective_slowdown"}, "encoder");
+    EncoderSection e;
+    e.dp = static_cast<int>(integer(member(j, "dp", "encoder"), "encoder.dp", 1, kMaxDegree));
+    e.pp = static_cast<int>(integer(member(j, "pp", "encoder"), "encoder.pp", 1, kMaxDegree));
+    e.tp = static_cast<int>(integer(member(j, "tp", "encoder"), "encoder.tp", 1, kMaxDegree));
+    e.pipelines = static_cast<int>(integer(member(j, "pipelines", "encoder"), "encoder.pipelines", 1, kMaxDegree));
+
+    const Json& stages = member(j, "stages", "encoder");
+    if (!stages.is_array()) fail("encoder.stages", "expected an array of stages");
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const std::string where = fmt::format("encoder.stages[{}]", s);
+      if (!stages[s].is_array()) fail(where, "expected an array of [first_layer, end_layer]");
+      std::vector<StageLayers> ranges;
+      for (size_t i = 0; i < stages[s].size(); ++i) {
+        const std::string range = fmt::format("{}[{}]", where, i);
+        const Json& pair = stages[s][i];
+        if (!pair.is_array() || pair.size() != 2) fail(range, "expected [first_layer, end_layer]");
+        ranges.push_back({int32(pair[0], range + "[0]"), int32(pair[1], range + "[1]")});
+      }
+      e.stages.push_back(std::move(ranges));
+    }
+
+    const Json& map = member(j, "llm_micro_batch", "encoder");
+    if (!map.is_array()) fail("encoder.llm_micro_batch", "expected an array per encoder pipeline");
+    for (size_t p = 0; p < map.size(); ++p) {
+      const std::string where = fmt::format("encoder.llm_micro_batch[{}]", p);
+      if (!map[p].is_array()) fail(where, "expected an array of LLM micro-batches");
+      std::vector<int32_t> micro_batches;
+      micro_batches.reserve(map[p].size());
+      for (size_t k = 0; k < map[p].size(); ++k) micro_batches.push_back(int32(map[p][k], fmt::format("{}[{}]", where, k)));
+      e.llm_micro_batch.push_back(std::move(micro_batches));
+    }
+
+    const Json& slowdown = member(j, "collective_slowdown", "encoder");
+    if (!slowdown.is_number()) fail("encoder.collective_slowdown", "expected a number");
+    e.collective_slowdown = slowdown.get<double>();
+    if (!std::isfinite(e.collective_slowdown) || e.collective_slowdown < 0) {
+      fail("encoder.collective_slowdown", "{} is not a finite number ≥ 0", e.collective_slowdown);
+    }
+    return e;
+  }
+
   Schedule read(const Json& doc) const {
     only_keys(doc, {"fulcrum", "kind", "pipeline", "layout", "micro_batches", "model_layers", "stages", "recompute",
-                    "programs"}, "schedule");
+                    "encoder", "programs"}, "schedule");
     if (integer(member(doc, "fulcrum", "schedule"), "fulcrum", 1, 1) != 1) fail("fulcrum", "version 1 expected");
     if (string(member(doc, "kind", "schedule"), "kind") != "schedule") fail("kind", "expected \"schedule\"");
     Schedule s;
@@ -204,7 +282,6 @@ class Reader {
 
     const Json& layout = member(doc, "layout", "schedule");
     only_keys(layout, {"dp", "tp", "pp", "vpp", "encoder_tp", "sequence_parallel", "state_sharding"}, "layout");
-    constexpr int64_t kMaxDegree = 1 << 20;  // a million devices in any one dimension
     s.layout.dp = static_cast<int>(integer(member(layout, "dp", "layout"), "layout.dp", 1, kMaxDegree));
     s.layout.tp = static_cast<int>(integer(member(layout, "tp", "layout"), "layout.tp", 1, kMaxDegree));
     s.layout.pp = static_cast<int>(integer(member(layout, "pp", "layout"), "layout.pp", 1, kMaxDegree));
@@ -258,6 +335,8 @@ class Reader {
       s.recompute.insert(s.recompute.end(), static_cast<size_t>(count), r);
     }
 
+    if (auto it = doc.find("encoder"); it != doc.end()) s.encoder = encoder(*it);
+
     const Json& programs = member(doc, "programs", "schedule");
     if (!programs.is_array()) fail("programs", "expected an array of programs");
     for (size_t r = 0; r < programs.size(); ++r) {
@@ -297,6 +376,24 @@ std::string schedule_to_json(const Schedule& s) {
     programs += fmt::format("{}\n  {}", r ? "," : "", program.dump());
   }
   programs += "\n]";
+  std::string encoder;  // its own line, when the schedule has an encoder section
+  if (s.encoder.present()) {
+    const EncoderSection& e = s.encoder;
+    nlohmann::ordered_json stages_of_encoder = nlohmann::ordered_json::array();
+    for (const std::vector<StageLayers>& ranges : e.stages) {
+      nlohmann::ordered_json stage = nlohmann::ordered_json::array();
+      for (const StageLayers& range : ranges) stage.push_back({range.first_layer, range.end_layer});
+      stages_of_encoder.push_back(std::move(stage));
+    }
+    const nlohmann::ordered_json section{{"dp", e.dp},
+                                         {"pp", e.pp},
+                                         {"tp", e.tp},
+                                         {"pipelines", e.pipelines},
+                                         {"stages", std::move(stages_of_encoder)},
+                                         {"llm_micro_batch", e.llm_micro_batch},
+                                         {"collective_slowdown", e.collective_slowdown}};
+    encoder = fmt::format("\"encoder\": {},\n", section.dump());
+  }
   const nlohmann::ordered_json layout{{"dp", s.layout.dp},
                     {"tp", s.layout.tp},
                     {"pp", s.layout.pp},
@@ -306,9 +403,9 @@ std::string schedule_to_json(const Schedule& s) {
                     {"state_sharding", state_sharding_name(s.layout.state_sharding)}};
   return fmt::format(
       "{{\"fulcrum\": 1, \"kind\": \"schedule\", \"pipeline\": \"{}\",\n\"layout\": {},\n\"micro_batches\": {}, "
-      "\"model_layers\": {},\n\"stages\": {},\n\"recompute\": {},\n\"programs\": {}}}\n",
+      "\"model_layers\": {},\n\"stages\": {},\n\"recompute\": {},\n{}\"programs\": {}}}\n",
       pipeline_kind_name(s.kind), layout.dump(), s.micro_batches, s.model_layers, stages.dump(), recompute.dump(),
-      programs);
+      encoder, programs);
 }
 
 Schedule schedule_from_json(std::string_view text, const std::string& file) {

@@ -15,13 +15,21 @@ namespace fulcrum {
 //    "micro_batches": 32, "model_layers": 149,
 //    "stages": [[0, 6], [6, 7], ...],              first and end layer of each virtual stage
 //    "recompute": [["selective", 149]],            runs of [mode, layers] in layer order
+//    "encoder": {"dp": 96, "pp": 2, "tp": 4, "pipelines": 8,    optional: an Optimus encoder section
+//                "stages": [[[0, 25]], [[25, 50], [50, 53]]],   its stages' layer ranges
+//                "llm_micro_batch": [[0, 9, ...], ...],         [pipeline][k] → the LLM micro-batch fed
+//                "collective_slowdown": 0.15},
 //    "programs": [[instruction, ...], ...]}        one per pipeline rank
 // Instructions are short arrays, so a 16,384-device schedule stays a few megabytes:
 //   ["F", stage, mb]  ["B", stage, mb]  ["BI", stage, mb]  ["W", stage, mb]
 //   ["send", "activation"|"gradient", stage, mb, peer_stage]   ["recv", ..., stage, mb, peer_stage]
 //   ["collective", "all_reduce"|"reduce_scatter"|"all_gather", "gradients"|"parameters", stage]
-//   ["encoder", stage, mb, layer, "forward"|"backward_input"|"backward_weight"|"recompute", first, end]
 //   ["wave", wave]   ["allocate", stage, buffer, bytes]   ["free", stage, buffer]
+// and with an encoder section (an encoder pipeline, or -1 for the LLM's side of a transfer):
+//   ["encoder", pipeline, stage, mb, layer, "forward"|"backward"|"backward_input"|..., first, end,
+//    "inside_pass"|"after_pass"]
+//   ["send"|"recv", payload, stage, mb, peer_stage, pipeline, peer_pipeline]
+//   ["collective", kind, tensor, stage, pipeline]   over the encoder stage's data-parallel group
 // state_sharding is "zero-0" … "zero-3" or "distributed-optimizer".
 std::string schedule_to_json(const Schedule& schedule);
 

@@ -11,6 +11,7 @@ namespace fulcrum {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 Schedule generated(PipelineKind kind, int pp, int vpp, int m, int dp, StateSharding sharding) {
   ParallelLayout layout;
@@ -44,8 +45,10 @@ TEST(ScheduleJson, GeneratedSchedulesRoundTrip) {
   };
   for (const Schedule& s : cases) {
     const std::string text = schedule_to_json(s);
+    EXPECT_THAT(text, Not(HasSubstr("\"encoder\"")));  // no encoder section, no key
     const Schedule back = schedule_from_json(text, "s.json");
     EXPECT_EQ(schedule_to_json(back), text);
+    EXPECT_FALSE(back.encoder.present());
     EXPECT_EQ(back.kind, s.kind);
     EXPECT_EQ(back.layout.vpp, s.layout.vpp);
     EXPECT_EQ(back.layout.state_sharding, s.layout.state_sharding);
@@ -65,15 +68,11 @@ TEST(ScheduleJson, EveryInstructionKindRoundTrips) {
   alloc.bytes = 1 << 20;
   Instruction release{.op = OpKind::kFree, .stage = 0};
   release.buffer = 3;
-  Instruction encoder{.op = OpKind::kEncoderKernels, .stage = 0, .micro_batch = 0};
-  encoder.layer = 1;
-  encoder.pass = Pass::kBackwardWeight;
-  encoder.kernel_begin = 2;
-  encoder.kernel_end = 5;
-  p.insert(p.begin(), {wave, alloc, encoder, release});
+  p.insert(p.begin(), {wave, alloc, release});
   const std::string text = schedule_to_json(s);
-  EXPECT_THAT(text, HasSubstr(R"(["encoder",0,0,1,"backward_weight",2,5])"));
+  EXPECT_THAT(text, HasSubstr(R"(["wave",0])"));
   EXPECT_THAT(text, HasSubstr(R"(["allocate",0,3,1048576])"));
+  EXPECT_THAT(text, HasSubstr(R"(["free",0,3])"));
   const Schedule back = schedule_from_json(text, "s.json");
   EXPECT_EQ(schedule_to_json(back), text);
   validate(back);
@@ -100,6 +99,156 @@ TEST(ScheduleJson, BadInputNamesTheFileAndThePlace) {
   EXPECT_THAT(error_of(with("\"pipeline\": \"1f1b\"", "\"pipeline\": \"2f2b\"")), HasSubstr("s.json: pipeline: '2f2b'"));
   EXPECT_THAT(error_of(with("[\"selective\",3]", "[\"selective\",4]")), HasSubstr("s.json: recompute[1]: more layers than the model's 4"));
   EXPECT_THAT(error_of(with("\"activation\"", "\"photons\"")), HasSubstr("payload 'photons'"));
+}
+
+// Optimus: an LLM of pp 2, tp 2 whose two ranks host four encoder pipelines of one stage each (tp 1), with one
+// instruction of every encoder form. Not a runnable schedule (the reader checks form, validate() the rest).
+Schedule with_encoder_section() {
+  Schedule s = generated(PipelineKind::kOneFOneB, 2, 1, 4, 1, StateSharding::kZero0);
+  s.encoder.dp = 4;
+  s.encoder.pp = 1;
+  s.encoder.tp = 1;
+  s.encoder.pipelines = 4;
+  s.encoder.stages = {{{0, 3}}};
+  s.encoder.llm_micro_batch = {{0}, {2}, {1}, {3}};
+  s.encoder.collective_slowdown = 0.15;
+  Instruction inside{.op = OpKind::kEncoderKernels, .stage = 0, .micro_batch = 0};
+  inside.encoder_pipeline = 1;
+  inside.layer = 2;
+  inside.pass = Pass::kForward;
+  inside.kernel_begin = 0;
+  inside.kernel_end = 4;
+  inside.inside_pass = true;
+  Instruction after{.op = OpKind::kEncoderKernels, .stage = 0, .micro_batch = 0};
+  after.encoder_pipeline = 1;
+  after.layer = 1;
+  after.pass = Pass::kBackward;
+  after.kernel_begin = 1;
+  after.kernel_end = 3;
+  after.inside_pass = false;
+  Instruction to_llm{.op = OpKind::kSend, .stage = 0, .micro_batch = 0, .peer_stage = 0};
+  to_llm.encoder_pipeline = 1;
+  Instruction from_encoder{.op = OpKind::kRecv, .stage = 0, .micro_batch = 2, .peer_stage = 0};
+  from_encoder.peer_encoder_pipeline = 1;
+  Instruction reduce{.op = OpKind::kCollective, .stage = 0, .group = DeviceGroup::kEncoderData};
+  reduce.encoder_pipeline = 1;
+  reduce.tensor = CollectiveTensor::kGradients;
+  auto& p = s.programs[0].instructions;
+  p.insert(p.begin(), {inside, after, to_llm, from_encoder, reduce});
+  return s;
+}
+
+void expect_same_instruction(const Instruction& a, const Instruction& b) {
+  EXPECT_EQ(a.op, b.op);
+  EXPECT_EQ(a.stage, b.stage);
+  EXPECT_EQ(a.micro_batch, b.micro_batch);
+  EXPECT_EQ(a.peer_stage, b.peer_stage);
+  EXPECT_EQ(a.payload, b.payload);
+  EXPECT_EQ(a.collective, b.collective);
+  EXPECT_EQ(a.group, b.group);
+  EXPECT_EQ(a.tensor, b.tensor);
+  EXPECT_EQ(a.layer, b.layer);
+  EXPECT_EQ(a.pass, b.pass);
+  EXPECT_EQ(a.kernel_begin, b.kernel_begin);
+  EXPECT_EQ(a.kernel_end, b.kernel_end);
+  EXPECT_EQ(a.wave, b.wave);
+  EXPECT_EQ(a.buffer, b.buffer);
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_EQ(a.encoder_pipeline, b.encoder_pipeline);
+  EXPECT_EQ(a.peer_encoder_pipeline, b.peer_encoder_pipeline);
+  EXPECT_EQ(a.inside_pass, b.inside_pass);
+}
+
+TEST(ScheduleJson, EncoderSectionRoundTrips) {
+  const Schedule s = with_encoder_section();
+  const std::string text = schedule_to_json(s);
+  EXPECT_THAT(text, HasSubstr("\n\"encoder\": {\"dp\":4,\"pp\":1,\"tp\":1,\"pipelines\":4,\"stages\":[[[0,3]]],"
+                              "\"llm_micro_batch\":[[0],[2],[1],[3]],\"collective_slowdown\":0.15},\n\"programs\""));
+  EXPECT_LT(text.find("\"recompute\""), text.find("\"encoder\""));
+  EXPECT_THAT(text, HasSubstr(R"(["encoder",1,0,0,2,"forward",0,4,"inside_pass"])"));
+  EXPECT_THAT(text, HasSubstr(R"(["encoder",1,0,0,1,"backward",1,3,"after_pass"])"));
+  EXPECT_THAT(text, HasSubstr(R"(["send","activation",0,0,0,1,-1])"));
+  EXPECT_THAT(text, HasSubstr(R"(["recv","activation",0,2,0,-1,1])"));
+  EXPECT_THAT(text, HasSubstr(R"(["collective","all_reduce","gradients",0,1])"));
+  EXPECT_THAT(text, HasSubstr(R"(["send","activation",0,0,1])"));  // LLM to LLM keeps the 5-field form
+
+  const Schedule back = schedule_from_json(text, "s.json");
+  EXPECT_EQ(schedule_to_json(back), text);
+  ASSERT_TRUE(back.encoder.present());
+  EXPECT_EQ(back.encoder.dp, 4);
+  EXPECT_EQ(back.encoder.pp, 1);
+  EXPECT_EQ(back.encoder.tp, 1);
+  EXPECT_EQ(back.encoder.pipelines, 4);
+  ASSERT_EQ(back.encoder.stages.size(), 1u);
+  ASSERT_EQ(back.encoder.stages[0].size(), 1u);
+  EXPECT_EQ(back.encoder.stages[0][0].first_layer, 0);
+  EXPECT_EQ(back.encoder.stages[0][0].end_layer, 3);
+  EXPECT_EQ(back.encoder.llm_micro_batch, s.encoder.llm_micro_batch);
+  EXPECT_EQ(back.encoder.collective_slowdown, 0.15);
+  ASSERT_EQ(back.programs.size(), s.programs.size());
+  for (size_t r = 0; r < s.programs.size(); ++r) {
+    ASSERT_EQ(back.programs[r].instructions.size(), s.programs[r].instructions.size());
+    for (size_t i = 0; i < s.programs[r].instructions.size(); ++i) {
+      SCOPED_TRACE(testing::Message() << "programs[" << r << "][" << i << "]");
+      expect_same_instruction(back.programs[r].instructions[i], s.programs[r].instructions[i]);
+    }
+  }
+  // The new forms, spelled out.
+  const auto& p = back.programs[0].instructions;
+  EXPECT_TRUE(p[0].inside_pass);
+  EXPECT_FALSE(p[1].inside_pass);
+  EXPECT_EQ(p[1].pass, Pass::kBackward);
+  EXPECT_EQ(p[2].encoder_pipeline, 1);
+  EXPECT_EQ(p[2].peer_encoder_pipeline, -1);
+  EXPECT_EQ(p[3].encoder_pipeline, -1);
+  EXPECT_EQ(p[3].peer_encoder_pipeline, 1);
+  EXPECT_EQ(p[4].group, DeviceGroup::kEncoderData);
+  EXPECT_EQ(p[4].encoder_pipeline, 1);
+  EXPECT_EQ(p[5].encoder_pipeline, -1);  // the LLM's own instructions name no encoder pipeline
+}
+
+TEST(ScheduleJson, BadEncoderInputNamesThePlace) {
+  const std::string good = schedule_to_json(with_encoder_section());
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    EXPECT_EQ(text.find(from, at + 1), std::string::npos) << from << " is not unique";
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  const std::string inside = R"(["encoder",1,0,0,2,"forward",0,4,"inside_pass"])";
+  const std::string send = R"(["send","activation",0,0,0,1,-1])";
+  const std::string reduce = R"(["collective","all_reduce","gradients",0,1])";
+  const struct {
+    std::string from, to, message;
+  } cases[] = {
+      {inside, R"(["encoder",1,0,0,2,"forward",0,4,"beside"])", "s.json: programs[0][0][8]: placement 'beside'"},
+      {inside, R"(["encoder",1,0,0,2,"forward",0,4,true])", "s.json: programs[0][0][8]: expected a string"},
+      {inside, R"(["encoder",-1,0,0,2,"forward",0,4,"inside_pass"])", "s.json: programs[0][0][1]: -1 is out of range"},
+      {inside, R"(["encoder",0,0,2,"forward",0,4])", "s.json: programs[0][0]: \"encoder\" takes 9 fields, not 7"},
+      {R"("backward",1,3)", R"("sideways",1,3)", "s.json: programs[0][1][5]: pass 'sideways'"},
+      {send, R"(["send","activation",0,0,0,-1,-1])", "s.json: programs[0][2]: both sides are the LLM's"},
+      {send, R"(["send","activation",0,0,0,1,-2])", "s.json: programs[0][2][6]: -2 is out of range [-1,"},
+      {send, R"(["send","activation",0,0,0,1])", "s.json: programs[0][2]: \"send\" takes 5 fields (7 with encoder pipelines), not 6"},
+      {reduce, R"(["collective","all_reduce","gradients",0,-1])", "s.json: programs[0][4][4]: -1 is out of range"},
+      {reduce, R"(["collective","all_reduce","gradients",0,1,2])", "s.json: programs[0][4]: \"collective\" takes 4 fields"},
+      {R"("collective_slowdown":0.15)", R"("collective_slowdown":-1)", "s.json: encoder.collective_slowdown: -1 is not"},
+      {R"("collective_slowdown":0.15)", R"("collective_slowdown":"fast")",
+       "s.json: encoder.collective_slowdown: expected a number"},
+      {R"("pipelines":4)", R"("pipelines":4,"extra":1)", "s.json: encoder: unknown key \"extra\""},
+      {R"("pipelines":4)", R"("pipelines":0)", "s.json: encoder.pipelines: 0 is out of range"},
+      {R"("pp":1,"tp":1,)", R"("pp":1,)", "s.json: encoder: missing key \"tp\""},
+      {R"("stages":[[[0,3]]])", R"("stages":[[[0]]])", "s.json: encoder.stages[0][0]: expected [first_layer, end_layer]"},
+      {R"("stages":[[[0,3]]])", R"("stages":[[[0,-3]]])", "s.json: encoder.stages[0][0][1]: -3 is out of range"},
+      {R"("llm_micro_batch":[[0],[2])", R"("llm_micro_batch":[[0],[-2])", "s.json: encoder.llm_micro_batch[1][0]: -2 is out of range"},
+      {R"("llm_micro_batch":[[0],[2])", R"("llm_micro_batch":[[0],2)", "s.json: encoder.llm_micro_batch[1]: expected an array"},
+  };
+  for (const auto& c : cases) EXPECT_THAT(error_of(with(c.from, c.to)), HasSubstr(c.message)) << c.to;
+  std::string not_an_object = good;
+  const size_t begin = not_an_object.find("\"encoder\": {");
+  ASSERT_NE(begin, std::string::npos);
+  not_an_object.replace(begin, not_an_object.find("\n\"programs\"") - begin, "\"encoder\": [7],");
+  EXPECT_THAT(error_of(not_an_object), HasSubstr("s.json: encoder: expected an object"));
 }
 
 }  // namespace

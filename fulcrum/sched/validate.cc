@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fulcrum/core/error.h"
@@ -29,6 +33,7 @@ class Validator {
   void run() {
     check_layout();
     check_programs();
+    check_encoder_coverage();
     check_deadlock();
   }
 
@@ -40,11 +45,19 @@ class Validator {
 
   std::string describe(int rank, size_t index) const {
     const Instruction& in = s_.programs[rank].instructions[index];
-    std::string text = fmt::format("rank {} instruction {} ({} stage {}", rank, index, op_kind_name(in.op), in.stage);
+    std::string text = fmt::format("rank {} instruction {} ({}{} stage {}", rank, index, op_kind_name(in.op),
+                                   in.encoder_pipeline >= 0 ? fmt::format(" encoder pipeline {}", in.encoder_pipeline)
+                                                            : std::string(),
+                                   in.stage);
     if (in.micro_batch >= 0) text += fmt::format(" micro-batch {}", in.micro_batch);
     if (in.op == OpKind::kSend || in.op == OpKind::kRecv) {
-      text += fmt::format(" {} {} stage {}", payload_name(in.payload), in.op == OpKind::kSend ? "to" : "from",
+      text += fmt::format(" {} {}{} stage {}", payload_name(in.payload), in.op == OpKind::kSend ? "to" : "from",
+                          in.peer_encoder_pipeline >= 0 ? fmt::format(" encoder pipeline {}", in.peer_encoder_pipeline)
+                                                        : std::string(),
                           in.peer_stage);
+    }
+    if (in.op == OpKind::kEncoderKernels) {
+      text += fmt::format(" layer {} kernels [{}, {})", in.layer, in.kernel_begin, in.kernel_end);
     }
     if (in.op == OpKind::kWaveBoundary) text += fmt::format(" wave {}", in.wave);
     return text + ")";
@@ -63,7 +76,7 @@ class Validator {
     if (static_cast<int64_t>(s_.recompute.size()) != s_.model_layers) {
       fail("{} recompute entries for {} layers", s_.recompute.size(), s_.model_layers);
     }
-    int32_t next = 0;
+    int32_t next = check_encoder_layout();
     for (size_t i = 0; i < s_.stages.size(); ++i) {
       const StageLayers& st = s_.stages[i];
       if (st.first_layer != next) fail("stage {} starts at layer {}, not at layer {}", i, st.first_layer, next);
@@ -81,6 +94,233 @@ class Validator {
            s_.instruction_count(), s_.stages.size(), s_.micro_batches);
     }
     state_.assign(static_cast<size_t>(pairs), 0);
+    check_encoder_map();
+  }
+
+  // The encoder section's shape; returns the first layer the LLM's stages must start at.
+  int32_t check_encoder_layout() {
+    const EncoderSection& e = s_.encoder;
+    if (!e.present()) {
+      if (e.pipelines < 0) fail("the encoder section has {} pipelines", e.pipelines);
+      return 0;
+    }
+    const ParallelLayout& l = s_.layout;
+    if (e.pp < 1 || e.tp < 1 || l.pp % e.pp != 0 || l.tp % e.tp != 0) {
+      fail("encoder pp {} and tp {} must divide the LLM's pp {} and tp {}", e.pp, e.tp, l.pp, l.tp);
+    }
+    const int64_t pipelines = static_cast<int64_t>(l.pp / e.pp) * (l.tp / e.tp);
+    if (e.pipelines != pipelines) fail("{} encoder pipelines, but pp and tp give {}", e.pipelines, pipelines);
+    if (static_cast<int64_t>(e.dp) != pipelines * l.dp) {
+      fail("encoder dp {} is not its {} pipelines × the LLM's dp {}", e.dp, e.pipelines, l.dp);
+    }
+    if (!std::isfinite(e.collective_slowdown) || e.collective_slowdown < 0) {
+      fail("encoder collective slowdown {} must be a finite number ≥ 0", e.collective_slowdown);
+    }
+    if (static_cast<int>(e.stages.size()) != e.pp) fail("{} encoder stages for encoder pp {}", e.stages.size(), e.pp);
+    std::vector<std::pair<int32_t, int32_t>> ranges;
+    for (size_t st = 0; st < e.stages.size(); ++st) {
+      if (e.stages[st].empty()) fail("encoder stage {} holds no layers", st);
+      for (const StageLayers& r : e.stages[st]) {
+        if (r.first_layer < 0 || r.end_layer <= r.first_layer || r.end_layer > s_.model_layers) {
+          fail("encoder stage {} names layers [{}, {}), not a range of the model's {}", st, r.first_layer, r.end_layer,
+               s_.model_layers);
+        }
+        ranges.emplace_back(r.first_layer, r.end_layer);
+      }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    int32_t next = 0;
+    for (const auto& [first, end] : ranges) {
+      if (first != next) fail("the encoder stages leave out or repeat layer {}", std::min(first, next));
+      next = end;
+    }
+    if (static_cast<int>(e.llm_micro_batch.size()) != e.pipelines) {
+      fail("the encoder map has {} pipelines, not {}", e.llm_micro_batch.size(), e.pipelines);
+    }
+    return next;
+  }
+
+  // The map from encoder to LLM micro-batches, a permutation; after the bound on micro-batches in check_layout,
+  // so what is allocated here grows with the schedule's instructions.
+  void check_encoder_map() {
+    const EncoderSection& e = s_.encoder;
+    if (!e.present()) return;
+    feeder_.assign(static_cast<size_t>(s_.micro_batches), {-1, -1});
+    encoder_offset_.assign(static_cast<size_t>(e.pipelines) + 1, 0);
+    for (int j = 0; j < e.pipelines; ++j) {
+      if (e.llm_micro_batch[j].empty()) fail("encoder pipeline {} has no micro-batch", j);
+      for (int k = 0; k < e.micro_batches(j); ++k) {
+        const int i = e.llm_micro_batch[j][k];
+        if (i < 0 || i >= s_.micro_batches) {
+          fail("encoder pipeline {} micro-batch {} feeds LLM micro-batch {}, which does not exist", j, k, i);
+        }
+        if (feeder_[i].first >= 0) fail("LLM micro-batch {} is fed by two encoder micro-batches", i);
+        feeder_[i] = {j, k};
+      }
+      encoder_offset_[j + 1] = encoder_offset_[j] + static_cast<size_t>(e.micro_batches(j));
+    }
+    for (int i = 0; i < s_.micro_batches; ++i) {
+      if (feeder_[i].first < 0) fail("no encoder micro-batch feeds LLM micro-batch {}", i);
+    }
+    encoder_state_.assign(encoder_offset_.back() * static_cast<size_t>(e.pp), 0);
+  }
+
+  // Pipeline j's encoder micro-batch that feeds LLM micro-batch i, or -1.
+  int encoder_of_llm(int j, int i) const { return feeder_[i].first == j ? feeder_[i].second : -1; }
+
+  // Where (pipeline, stage, micro-batch) is in the encoder's per-pass arrays.
+  size_t encoder_index(int pipeline, int stage, int k) const {
+    return encoder_offset_[pipeline] * static_cast<size_t>(s_.encoder.pp) +
+           static_cast<size_t>(stage) * s_.encoder.micro_batches(pipeline) + k;
+  }
+  uint8_t& encoder_state(int pipeline, int stage, int k) { return encoder_state_[encoder_index(pipeline, stage, k)]; }
+
+  // The checks of an encoder instruction in program order (those of check_programs, for the encoder side).
+  void check_encoder_instruction(int r, size_t i) {
+    const Instruction& in = s_.programs[r].instructions[i];
+    const EncoderSection& e = s_.encoder;
+    const ParallelLayout& l = s_.layout;
+    if (!e.present()) fail("{}: names an encoder pipeline, but the schedule has no encoder section", describe(r, i));
+    const int j = in.encoder_pipeline;
+    if (j >= e.pipelines) fail("{}: no such encoder pipeline (the section has {})", describe(r, i), e.pipelines);
+    if (in.stage < 0 || in.stage >= e.pp) fail("{}: no such encoder stage", describe(r, i));
+    if (e.rank_of(l, j, in.stage) != r) {
+      fail("{}: the encoder stage runs on rank {}", describe(r, i), e.rank_of(l, j, in.stage));
+    }
+    const int st = in.stage;
+    const bool whole_stage = in.op == OpKind::kCollective;
+    if (!whole_stage && (in.micro_batch < 0 || in.micro_batch >= e.micro_batches(j))) {
+      fail("{}: no such micro-batch (the encoder pipeline has {})", describe(r, i), e.micro_batches(j));
+    }
+    const int k = in.micro_batch;
+    switch (in.op) {
+      case OpKind::kEncoderKernels: {
+        bool in_stage = false;
+        for (const StageLayers& range : e.stages[st]) {
+          in_stage = in_stage || (in.layer >= range.first_layer && in.layer < range.end_layer);
+        }
+        if (!in_stage) fail("{}: layer {} is not in encoder stage {}", describe(r, i), in.layer, st);
+        if (in.kernel_begin < 0 || in.kernel_end <= in.kernel_begin) {
+          fail("{}: kernels [{}, {}) is not a range", describe(r, i), in.kernel_begin, in.kernel_end);
+        }
+        const bool forward = in.pass == Pass::kForward;
+        if (!forward && in.pass != Pass::kBackward && in.pass != Pass::kBackwardInput) {
+          fail("{}: an encoder runs forward, backward or input-gradient passes", describe(r, i));
+        }
+        // Inside the LLM pass before it: nothing that waits may stand between them.
+        if (in.inside_pass && !pass_open_) fail("{}: runs inside an LLM pass, but follows none", describe(r, i));
+        uint8_t& state = encoder_state(j, st, k);
+        const uint8_t received = forward ? kActivationReceived : kGradientReceived;
+        const bool needs_input = forward ? st > 0 : true;
+        if (needs_input && !(state & received)) {
+          fail("{}: runs before its {} is received", describe(r, i), forward ? "input" : "output gradient");
+        }
+        if (!forward && !(state & kForwardDone)) fail("{}: runs before the forward", describe(r, i));
+        // Passes of a stage in micro-batch order; a layer's kernels in order from the first; layers downstream
+        // in the forward, upstream in the backward.
+        // A pass runs whole before the stage's next one begins: forwards in micro-batch order, backwards in the
+        // order their gradients come (that of the LLM micro-batches they fed).
+        auto& current = (forward ? forward_order_ : backward_order_)[{j, st}];
+        if (current != k + 1) {
+          if (current > 0 && forward && k < current - 1) {
+            fail("{}: runs after micro-batch {}'s pass began", describe(r, i), current - 1);
+          }
+          if (!closed_passes_.insert({j, st, k, forward}).second) {
+            fail("{}: the pass resumes after another pass of the stage began", describe(r, i));
+          }
+          current = k + 1;
+        }
+        auto& next = next_kernel_[{j, k, in.layer, static_cast<int>(in.pass)}];
+        if (in.kernel_begin != next) {
+          fail("{}: starts at kernel {}, but the layer's pass has run up to kernel {}", describe(r, i), in.kernel_begin,
+               next);
+        }
+        next = in.kernel_end;
+        auto& last_layer = (forward ? last_forward_layer_ : last_backward_layer_)[{j, st, k}];
+        if (in.kernel_begin == 0) {
+          if (last_layer.second && (forward ? in.layer <= last_layer.first : in.layer >= last_layer.first)) {
+            fail("{}: layer {} after layer {} runs against the {} order", describe(r, i), in.layer, last_layer.first,
+                 forward ? "forward" : "backward");
+          }
+          ++(forward ? forward_layers_ : backward_layers_)[{j, st, k}];
+        } else if (!last_layer.second || in.layer != last_layer.first) {
+          fail("{}: continues a layer that is not the one running", describe(r, i));
+        }
+        last_layer = {in.layer, true};
+        state |= forward ? kForwardDone : kBackwardInputDone;
+        break;
+      }
+      case OpKind::kSend:
+      case OpKind::kRecv: {
+        const bool activation = in.payload == Payload::kActivation;
+        const bool to_llm = in.peer_encoder_pipeline < 0;
+        bool fits;
+        if (to_llm) {
+          // The last encoder stage and the LLM's first: activations to it, gradients from it.
+          fits = st == e.pp - 1 && in.peer_stage == 0 && activation == (in.op == OpKind::kSend);
+        } else {
+          fits = in.peer_encoder_pipeline == j && in.peer_stage - st == ((in.op == OpKind::kSend) == activation ? 1 : -1);
+        }
+        if (!fits) {
+          fail("{}: encoder activations go to the next encoder stage and from the last to the LLM's first stage, "
+               "gradients back the same way", describe(r, i));
+        }
+        uint8_t& state = encoder_state(j, st, k);
+        if (in.op == OpKind::kSend) {
+          const uint8_t produced = activation ? kForwardDone : kBackwardInputDone;
+          const uint8_t sent = activation ? kActivationSent : kGradientSent;
+          if (!(state & produced)) fail("{}: sends what is not computed yet", describe(r, i));
+          if (state & sent) fail("{}: sent twice", describe(r, i));
+          state |= sent;
+        } else {
+          const uint8_t received = activation ? kActivationReceived : kGradientReceived;
+          if (state & received) fail("{}: received twice", describe(r, i));
+          state |= received;
+        }
+        break;
+      }
+      case OpKind::kCollective:
+        if (in.group != DeviceGroup::kEncoderData) {
+          fail("{}: an encoder collective runs over the encoder's data-parallel group", describe(r, i));
+        }
+        if (in.tensor == CollectiveTensor::kGradients) {
+          for (int m = 0; m < e.micro_batches(j); ++m) {
+            if (!(encoder_state(j, st, m) & kBackwardInputDone)) {
+              fail("{}: reduces gradients before the backward of micro-batch {}", describe(r, i), m);
+            }
+          }
+        }
+        break;
+      default:
+        fail("{}: not an instruction an encoder runs", describe(r, i));
+    }
+  }
+
+  // The LLM's side of the encoder's sends and receives: its first stage receives micro-batch i's input from
+  // the encoder micro-batch that feeds it and sends the gradient back after its backward.
+  void check_llm_encoder_transfer(int r, size_t i) {
+    const Instruction& in = s_.programs[r].instructions[i];
+    const EncoderSection& e = s_.encoder;
+    if (!e.present()) fail("{}: names an encoder pipeline, but the schedule has no encoder section", describe(r, i));
+    const int j = in.peer_encoder_pipeline;
+    if (j >= e.pipelines) fail("{}: no such encoder pipeline (the section has {})", describe(r, i), e.pipelines);
+    const bool activation = in.payload == Payload::kActivation;
+    if (in.stage != 0 || in.peer_stage != e.pp - 1 || activation != (in.op == OpKind::kRecv)) {
+      fail("{}: the LLM's first stage receives its inputs from the last encoder stage and sends their gradients "
+           "back", describe(r, i));
+    }
+    if (encoder_of_llm(j, in.micro_batch) < 0) {
+      fail("{}: encoder pipeline {} does not feed LLM micro-batch {}", describe(r, i), j, in.micro_batch);
+    }
+    uint8_t& st = state(0, in.micro_batch);
+    if (in.op == OpKind::kRecv) {
+      if (st & kActivationReceived) fail("{}: received twice", describe(r, i));
+      st |= kActivationReceived;
+    } else {
+      if (!(st & kBackwardInputDone)) fail("{}: sends what is not computed yet", describe(r, i));
+      if (st & kGradientSent) fail("{}: sent twice", describe(r, i));
+      st |= kGradientSent;
+    }
   }
 
   uint8_t& state(int stage, int micro_batch) {
@@ -97,13 +337,28 @@ class Validator {
       std::vector<int32_t> waves;
       std::vector<int8_t> buffers;  // 0 unseen, 1 allocated, 2 freed
       const auto& program = s_.programs[r].instructions;
+      pass_open_ = false;
       for (size_t i = 0; i < program.size(); ++i) {
         const Instruction& in = program[i];
+        if (i > 0) {
+          // An LLM pass stays open to encoder kernels through encoder instructions and the LLM's sends after it.
+          const Instruction& prev = program[i - 1];
+          if (is_compute(prev.op) && prev.encoder_pipeline < 0) {
+            pass_open_ = true;
+          } else if (prev.encoder_pipeline < 0 && prev.op != OpKind::kSend) {
+            pass_open_ = false;
+          }
+        }
         if (in.op == OpKind::kWaveBoundary) {
           if (in.wave < 0) fail("{}: a wave number must be ≥ 0", describe(r, i));
           waves.push_back(in.wave);
           continue;
         }
+        if (in.encoder_pipeline >= 0) {
+          check_encoder_instruction(r, static_cast<int>(i));
+          continue;
+        }
+        if (in.encoder_pipeline < -1 || in.peer_encoder_pipeline < -1) fail("{}: no such encoder pipeline", describe(r, i));
         if (in.stage < 0 || in.stage >= stages) fail("{}: no such stage", describe(r, i));
         if (l.rank_of_stage(in.stage) != r) fail("{}: the stage runs on rank {}", describe(r, i), l.rank_of_stage(in.stage));
         const bool needs_micro_batch = is_compute(in.op) || in.op == OpKind::kSend || in.op == OpKind::kRecv ||
@@ -113,10 +368,17 @@ class Validator {
         }
         const int s = in.stage;
         const int j = in.micro_batch;
+        if ((in.op == OpKind::kSend || in.op == OpKind::kRecv) && in.peer_encoder_pipeline >= 0) {
+          check_llm_encoder_transfer(r, i);
+          continue;
+        }
         switch (in.op) {
           case OpKind::kForward: {
             uint8_t& st = state(s, j);
             if (st & kForwardDone) fail("{}: the forward runs twice", describe(r, i));
+            if (s == 0 && s_.encoder.present() && !(st & kActivationReceived)) {
+              fail("{}: runs before its input is received from the encoder", describe(r, i));
+            }
             if (s > 0) {
               const bool local = l.rank_of_stage(s - 1) == r;
               if (local ? !(state(s - 1, j) & kForwardDone) : !(st & kActivationReceived)) {
@@ -181,17 +443,13 @@ class Validator {
             break;
           }
           case OpKind::kCollective:
+            if (in.group != DeviceGroup::kData) fail("{}: an LLM collective runs over its data-parallel group", describe(r, i));
             if (in.tensor == CollectiveTensor::kGradients && backward_weights[s] != s_.micro_batches) {
               fail("{}: reduces gradients before the stage's last backward", describe(r, i));
             }
             break;
           case OpKind::kEncoderKernels:
-            if (in.layer < 0 || in.layer >= s_.model_layers || in.kernel_begin < 0 ||
-                in.kernel_end <= in.kernel_begin) {
-              fail("{}: names layer {} kernels [{}, {}), which do not exist", describe(r, i), in.layer,
-                   in.kernel_begin, in.kernel_end);
-            }
-            break;
+            fail("{}: encoder kernels name no encoder pipeline", describe(r, i));
           case OpKind::kAllocate:
           case OpKind::kFree: {
             if (in.buffer < 0 || in.buffer > 1'000'000) fail("{}: buffer {} is out of range", describe(r, i), in.buffer);
@@ -247,6 +505,49 @@ class Validator {
     }
   }
 
+  // Every encoder micro-batch through every encoder stage, forward and (where the stage trains) backward, its
+  // transfers matched by receives; the same layers for every micro-batch of a stage.
+  void check_encoder_coverage() {
+    const EncoderSection& e = s_.encoder;
+    if (!e.present()) return;
+    for (int j = 0; j < e.pipelines; ++j) {
+      for (int st = 0; st < e.pp; ++st) {
+        const int rank = e.rank_of(s_.layout, j, st);
+        for (int k = 0; k < e.micro_batches(j); ++k) {
+          const uint8_t now = encoder_state(j, st, k);
+          if (!(now & kForwardDone)) fail("rank {}: encoder pipeline {} stage {} has no forward of micro-batch {}", rank, j, st, k);
+          for (const auto* count : {&forward_layers_, &backward_layers_}) {
+            const auto first = count->find({j, st, 0});
+            const auto here = count->find({j, st, k});
+            const int a = first == count->end() ? 0 : first->second, b = here == count->end() ? 0 : here->second;
+            if (a != b) {
+              fail("rank {}: encoder pipeline {} stage {} runs {} layers' {} for micro-batch {} but {} for micro-batch 0",
+                   rank, j, st, b, count == &forward_layers_ ? "forward" : "backward", k, a);
+            }
+          }
+          const int i = e.llm_micro_batch[j][k];
+          const bool last = st + 1 == e.pp;
+          // Activations downstream: to the next encoder stage, or from the last into the LLM.
+          const bool sent = now & kActivationSent;
+          const bool received = last ? (state(0, i) & kActivationReceived) : (encoder_state(j, st + 1, k) & kActivationReceived);
+          if (sent != received) {
+            fail("encoder pipeline {} stage {} micro-batch {}: the activation to {} is {}", j, st, k,
+                 last ? fmt::format("the LLM's micro-batch {}", i) : fmt::format("encoder stage {}", st + 1),
+                 sent ? "sent but never received" : "received but never sent");
+          }
+          // Gradients upstream.
+          const bool gsent = last ? (state(0, i) & kGradientSent) : (encoder_state(j, st + 1, k) & kGradientSent);
+          const bool greceived = now & kGradientReceived;
+          if (gsent != greceived) {
+            fail("encoder pipeline {} stage {} micro-batch {}: the gradient from {} is {}", j, st, k,
+                 last ? fmt::format("the LLM's micro-batch {}", i) : fmt::format("encoder stage {}", st + 1),
+                 gsent ? "sent but never received" : "received but never sent");
+          }
+        }
+      }
+    }
+  }
+
   // Runs the programs with receives and wave boundaries as the only waits.
   void check_deadlock() {
     const int pp = s_.layout.pp;
@@ -255,6 +556,29 @@ class Validator {
     std::vector<uint8_t> sent(static_cast<size_t>(2) * stages * s_.micro_batches, 0);
     auto sent_at = [&](Payload p, int stage, int j) -> uint8_t& {
       return sent[(static_cast<size_t>(p == Payload::kGradient) * stages + stage) * s_.micro_batches + j];
+    };
+    // Encoder transfers by (payload, pipeline, sending encoder stage, encoder micro-batch); between the encoder
+    // and the LLM, the LLM's first stage's gradient slot (it has no previous LLM stage to send to).
+    const EncoderSection& enc = s_.encoder;
+    std::vector<uint8_t> encoder_sent(2 * encoder_state_.size(), 0);
+    auto encoder_sent_at = [&](Payload p, int pipeline, int stage, int k) -> uint8_t& {
+      return encoder_sent[static_cast<size_t>(p == Payload::kGradient) * encoder_state_.size() +
+                          encoder_index(pipeline, stage, k)];
+    };
+    auto slot_of = [&](const Instruction& in) -> uint8_t& {
+      const bool send = in.op == OpKind::kSend;
+      if (in.encoder_pipeline >= 0) {
+        if (send || in.peer_encoder_pipeline >= 0) {
+          return send ? encoder_sent_at(in.payload, in.encoder_pipeline, in.stage, in.micro_batch)
+                      : encoder_sent_at(in.payload, in.peer_encoder_pipeline, in.peer_stage, in.micro_batch);
+        }
+        return sent_at(in.payload, in.peer_stage, enc.llm_micro_batch[in.encoder_pipeline][in.micro_batch]);
+      }
+      if (in.peer_encoder_pipeline >= 0 && !send) {
+        return encoder_sent_at(in.payload, in.peer_encoder_pipeline, in.peer_stage,
+                               encoder_of_llm(in.peer_encoder_pipeline, in.micro_batch));
+      }
+      return send ? sent_at(in.payload, in.stage, in.micro_batch) : sent_at(in.payload, in.peer_stage, in.micro_batch);
     };
     std::vector<size_t> pc(pp, 0);
     std::vector<int> arrived;  // ranks at each wave boundary position, by order of crossing
@@ -268,7 +592,7 @@ class Validator {
         while (pc[r] < program.size()) {
           const Instruction& in = program[pc[r]];
           if (in.op == OpKind::kRecv) {
-            if (!sent_at(in.payload, in.peer_stage, in.micro_batch)) break;
+            if (!slot_of(in)) break;
           } else if (in.op == OpKind::kWaveBoundary) {
             const size_t k = crossed[r];
             if (arrived.size() <= k) arrived.resize(k + 1, 0);
@@ -280,7 +604,7 @@ class Validator {
             if (arrived[k] < pp) break;
             ++crossed[r];
           } else if (in.op == OpKind::kSend) {
-            sent_at(in.payload, in.stage, in.micro_batch) = 1;
+            slot_of(in) = 1;
           }
           ++pc[r];
           progress = true;
@@ -310,6 +634,18 @@ class Validator {
   const Schedule& s_;
   const std::string& where_;
   std::vector<uint8_t> state_;
+  // Encoder section: [pipeline][LLM micro-batch] → its encoder micro-batch or -1; state per (pipeline, stage,
+  // micro-batch); pass order per (pipeline, stage); the next kernel of each (pipeline, micro-batch, layer,
+  // pass); the last layer run and the layers begun per (pipeline, stage, micro-batch).
+  std::vector<std::pair<int, int>> feeder_;  // [LLM micro-batch] → (pipeline, its micro-batch)
+  std::vector<size_t> encoder_offset_;       // [pipeline]: micro-batches of the pipelines before it
+  std::vector<uint8_t> encoder_state_;
+  bool pass_open_ = false;  // the instruction being checked may run inside the LLM pass before it
+  std::map<std::pair<int, int>, int> forward_order_, backward_order_;  // the running pass's micro-batch + 1
+  std::set<std::tuple<int, int, int, bool>> closed_passes_;  // passes begun
+  std::map<std::tuple<int, int, int, int>, int> next_kernel_;
+  std::map<std::tuple<int, int, int>, std::pair<int, bool>> last_forward_layer_, last_backward_layer_;
+  std::map<std::tuple<int, int, int>, int> forward_layers_, backward_layers_;
   std::vector<std::vector<bool>> arrival_marks_;
 };
 

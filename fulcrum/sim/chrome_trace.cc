@@ -21,8 +21,12 @@ std::string event_name(const TimelineEvent& e) {
     default: pass = "op"; break;
   }
   if (e.stage < 0) return pass;
-  if (e.micro_batch < 0) return fmt::format("{} s{}", pass, e.stage);
-  return fmt::format("{} s{} mb{}", pass, e.stage, e.micro_batch);
+  // An encoder pipeline's own stage and micro-batch: "enc2 s1 mb3".
+  const std::string stage = e.encoder_pipeline >= 0 ? fmt::format("enc{} s{}", e.encoder_pipeline, e.stage)
+                                                    : fmt::format("s{}", e.stage);
+  if (e.op == OpKind::kEncoderKernels) return fmt::format("{} mb{}", stage, e.micro_batch);
+  if (e.micro_batch < 0) return fmt::format("{} {}", pass, stage);
+  return fmt::format("{} {} mb{}", pass, stage, e.micro_batch);
 }
 
 const char* stream_name(TimelineEvent::Stream s) {
@@ -54,6 +58,7 @@ std::string chrome_trace(const SimResult& result, const std::string& title) {
   }
   for (const TimelineEvent& e : result.timeline) {
     Json args{{"stage", e.stage}, {"micro_batch", e.micro_batch}};
+    if (e.encoder_pipeline >= 0) args["encoder_pipeline"] = e.encoder_pipeline;
     if (e.tp_comm_seconds > 0) args["tp_comm_us"] = e.tp_comm_seconds * kMicroseconds;
     events.push_back({{"name", event_name(e)},
                       {"cat", std::string(op_kind_name(e.op))},

@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "fulcrum/core/error.h"
@@ -73,6 +74,18 @@ double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int ra
   }
   // ZeRO-3 gathers layer by layer: the layer in use and the one prefetched.
   if (l.state_sharding == StateSharding::kZero3) bytes += 2 * 2.0 * static_cast<double>(largest);
+  // An encoder section puts one encoder stage on every device of the rank, replicated over the encoder's dp.
+  const EncoderSection& enc = schedule.encoder;
+  if (enc.present()) {
+    const int e = enc.stage_on_rank(l, rank);
+    std::vector<int64_t> params(model.components.size(), 0);
+    for (const StageLayers& range : enc.stages.at(e)) {
+      for (int32_t i = range.first_layer; i < range.end_layer; ++i) params[component_of[i]] += layer[i]->parameters() / enc.tp;
+    }
+    for (size_t c = 0; c < params.size(); ++c) {
+      if (params[c] > 0) bytes += training_state_bytes(params[c], enc.dp, l.state_sharding, model.components[c].trainable).total();
+    }
+  }
   return bytes;
 }
 
@@ -127,6 +140,15 @@ struct StageInfo {
   int boundary_component = 0;
 };
 
+// An encoder stage (EncoderSection) on one of its devices.
+struct EncoderStageInfo {
+  double gradient_bytes = 0;
+  double parameter_bytes = 0;
+  double optimizer_seconds = 0;
+  // The activations it sends on: the last running layer of each of its ranges (component, width).
+  std::vector<std::pair<int, int64_t>> boundaries;
+};
+
 struct Device {
   size_t pc = 0;
   double compute_free = 0;
@@ -146,6 +168,21 @@ struct Device {
   double peak_bytes = 0;
   std::vector<std::deque<int64_t>> pending_gathers;  // per stage of the rank: collective indices not yet used
   TimeBreakdown time;
+  // With an encoder section, the rank's tensor slices run their own encoder pipelines: compute_free is slice 0's
+  // compute stream (the device whose time is broken down), slice_free[b] slice b's for b ≥ 1. An LLM pass takes
+  // every slice.
+  std::vector<double> slice_free;
+  std::vector<double> slice_ready;  // when the inputs received for a slice's next encoder kernels are there
+  std::vector<double> encoder_done;  // end of a slice's last encoder kernels
+  std::vector<int> encoder_collectives_seen;  // per slice
+  double llm_done = 0;  // end of the last LLM pass: what the LLM's sends wait for
+  // The last LLM pass, whose tensor-parallel gaps encoder kernels inside it fill: spread evenly over the pass.
+  bool in_pass = false;
+  double pass_start = 0;
+  double pass_end = 0;
+  double pass_gap_seconds = 0;
+  std::vector<double> gap_left;  // per slice: gap seconds not yet filled
+  std::vector<double> gap_at;    // per slice: where in the pass its filling has reached
 };
 
 struct CollectiveState {
@@ -166,6 +203,7 @@ class Simulator {
     check_inputs();
     build_layers();
     build_stages();
+    build_encoder_stages();
     execute();
     return finish();
   }
@@ -206,6 +244,7 @@ class Simulator {
   void check_inputs() {
     const ParallelLayout& l = s_.layout;
     pp_ = l.pp;
+    check_encoder_section();
     const size_t n = loads_.per_replica.size();
     if (n != 1 && n != static_cast<size_t>(l.dp)) {
       fail("micro-batch loads for {} data-parallel replicas, but the schedule has dp {}", n, l.dp);
@@ -234,6 +273,35 @@ class Simulator {
              "that does{}", tp, heads, kv, c.name,
              c.role != ComponentRole::kLlm ? ", or --encoder-tp 1 to replicate it on every tensor rank" : "");
       }
+    }
+  }
+
+  // What the simulator relies on beyond validate(): the section's shape and its map of micro-batches.
+  void check_encoder_section() {
+    const EncoderSection& enc = s_.encoder;
+    if (!enc.present()) return;
+    const ParallelLayout& l = s_.layout;
+    if (enc.pp < 1 || enc.tp < 1 || l.pp % enc.pp != 0 || l.tp % enc.tp != 0 ||
+        enc.pipelines != (l.pp / enc.pp) * (l.tp / enc.tp) || static_cast<int>(enc.stages.size()) != enc.pp ||
+        static_cast<int>(enc.llm_micro_batch.size()) != enc.pipelines) {
+      fail("the encoder section (pp {}, tp {}, {} pipelines) does not fit the LLM's pp {} and tp {}", enc.pp, enc.tp,
+           enc.pipelines, l.pp, l.tp);
+    }
+    encoder_of_llm_.assign(enc.pipelines, std::vector<int>(s_.micro_batches, -1));
+    std::vector<int> fed(s_.micro_batches, 0);
+    for (int j = 0; j < enc.pipelines; ++j) {
+      encoder_max_micro_batches_ = std::max(encoder_max_micro_batches_, enc.micro_batches(j));
+      for (int k = 0; k < enc.micro_batches(j); ++k) {
+        const int i = enc.llm_micro_batch[j][k];
+        if (i < 0 || i >= s_.micro_batches || fed[i]++) {
+          fail("encoder pipeline {}'s micro-batch {} feeds LLM micro-batch {}, which is not one of the {} or is fed "
+               "twice", j, k, i, s_.micro_batches);
+        }
+        encoder_of_llm_[j][i] = k;
+      }
+    }
+    for (int i = 0; i < s_.micro_batches; ++i) {
+      if (!fed[i]) fail("no encoder micro-batch feeds LLM micro-batch {}", i);
     }
   }
 
@@ -310,6 +378,41 @@ class Simulator {
               kOptimizerStepBytesPerParameter * shard / (cluster_.device.memory_bytes_per_second * eff_.memory);
         }
       }
+    }
+  }
+
+  void build_encoder_stages() {
+    const EncoderSection& enc = s_.encoder;
+    if (!enc.present()) return;
+    const ParallelLayout& l = s_.layout;
+    const double element = activation_element_bytes(options_.dtype);
+    for (const std::vector<StageLayers>& ranges : enc.stages) {
+      EncoderStageInfo info;
+      std::map<int, int64_t> params_by_component;
+      for (const StageLayers& range : ranges) {
+        int32_t last = -1;
+        for (int32_t layer = range.first_layer; layer < range.end_layer; ++layer) {
+          const int c = layer_component_.at(layer);
+          params_by_component[c] += model_.components[c].layers[layer - first_layer_of(c)].parameters();
+          if (layer_class_[layer] >= 0) last = layer;
+        }
+        if (last >= 0) {
+          const int c = layer_component_[last];
+          info.boundaries.emplace_back(c, model_.components[c].layers[last - first_layer_of(c)].hidden);
+        }
+      }
+      for (const auto& [c, params] : params_by_component) {
+        if (!model_.components[c].trainable) continue;
+        const int64_t per_device = params / enc.tp;
+        info.parameter_bytes += element * static_cast<double>(per_device);
+        info.gradient_bytes +=
+            (l.state_sharding == StateSharding::kMegatronDistributedOptimizer ? 4 : element) * static_cast<double>(per_device);
+        const bool sharded = l.state_sharding != StateSharding::kZero0;
+        const double shard = sharded ? static_cast<double>(per_device) / enc.dp : static_cast<double>(per_device);
+        info.optimizer_seconds +=
+            kOptimizerStepBytesPerParameter * shard / (cluster_.device.memory_bytes_per_second * eff_.memory);
+      }
+      encoder_stages_.push_back(std::move(info));
     }
   }
 
@@ -495,6 +598,7 @@ class Simulator {
     e.op = in.op;
     e.stage = in.stage;
     e.micro_batch = in.micro_batch;
+    e.encoder_pipeline = in.encoder_pipeline;
     e.start_seconds = start;
     e.end_seconds = end;
     e.tp_comm_seconds = tp_comm;
@@ -510,6 +614,16 @@ class Simulator {
   }
 
   std::vector<double> rank_state_bytes_;
+  std::vector<EncoderStageInfo> encoder_stages_;
+  // Per replica: (payload, pipeline, sending encoder stage, encoder micro-batch) → seconds of arrival.
+  std::vector<std::vector<double>> encoder_arrivals_;
+  // [pipeline][LLM micro-batch] → the pipeline's encoder micro-batch that feeds it, -1 for none.
+  std::vector<std::vector<int>> encoder_of_llm_;
+  int encoder_max_micro_batches_ = 0;
+  // [encoder stage][k]: its k-th collective over the encoder's data-parallel group.
+  std::vector<std::vector<CollectiveState>> encoder_collectives_;
+  // (replica, pipeline, encoder micro-batch, layer, pass) → kernels run and kernels the layer has.
+  std::map<std::tuple<int, int, int, int, int>, std::pair<int, int>> encoder_kernels_run_;
 
   // Puts idle time before a compute-stream interval starting at `start` into its cause.
   void account_gap(Device& dev, double start, bool gather_bound, bool wave) {
@@ -528,6 +642,129 @@ class Simulator {
     }
   }
 
+  // Encoder side (EncoderSection).
+  int slice_of(const Instruction& in) const { return s_.encoder.slice_of(s_.layout, in.encoder_pipeline); }
+  double& cursor(Device& dev, int slice) { return slice == 0 ? dev.compute_free : dev.slice_free[slice]; }
+  double busiest_cursor(const Device& dev) const {
+    double most = dev.compute_free;
+    for (double f : dev.slice_free) most = std::max(most, f);
+    return most;
+  }
+  size_t encoder_slot(Payload p, int pipeline, int stage, int k) const {
+    return ((static_cast<size_t>(p == Payload::kGradient) * s_.encoder.pipelines + pipeline) * s_.encoder.pp + stage) *
+               static_cast<size_t>(encoder_max_micro_batches_) + k;
+  }
+  int llm_micro_batch_of(int pipeline, int k) const { return s_.encoder.llm_micro_batch[pipeline][k]; }
+  // What encoder stage `stage` sends on for an LLM micro-batch's images (and what comes back as its gradient).
+  double encoder_p2p_bytes(int stage, int replica, int llm_micro_batch) {
+    double bytes = 0;
+    for (const auto& [c, width] : encoder_stages_[stage].boundaries) {
+      const TokenBatch b = batch_for(c, load(replica, llm_micro_batch));
+      const TensorSharding sh = sharding(c);
+      bytes += activation_element_bytes(options_.dtype) * static_cast<double>(b.tokens) * static_cast<double>(width) /
+               (sh.sequence_parallel ? sh.tp : 1);
+    }
+    return bytes;
+  }
+  int device_of(int replica, int rank) const { return replica * pp_ + rank; }
+  // The seconds of a kernel range of an encoder layer's pass on an LLM micro-batch's images; records how much
+  // of the layer has run, for the check that every kernel runs once.
+  PassSeconds encoder_range_seconds(const Instruction& in, int replica) {
+    const int c = layer_component_.at(in.layer);
+    const int llm_mb = llm_micro_batch_of(in.encoder_pipeline, in.micro_batch);
+    PassSeconds p;
+    if (layer_class_[in.layer] < 0) return p;  // a layer the model does not use
+    LayerWork w;
+    w.layer = &model_.components[c].layers[in.layer - first_layer_of(c)];
+    w.pass = in.pass;
+    w.batch = batch_for(c, load(replica, llm_mb));
+    if (w.batch.tokens <= 0) return p;  // no images in this micro-batch
+    w.sharding = sharding(c);
+    w.trainable = model_.components[c].trainable;
+    w.recompute = s_.recompute[in.layer];
+    w.dtype = options_.dtype;
+    const LayerCost lc = in.pass == Pass::kBackward ? backward_cost(cost_, w) : cost_.layer_cost(w);
+    const int kernels = lc.kernels.empty() ? 1 : static_cast<int>(lc.kernels.size());
+    if (in.kernel_end > kernels) {
+      fail("encoder pipeline {} micro-batch {}: layer {}'s {} pass has {} kernels, the schedule runs [{}, {})",
+           in.encoder_pipeline, in.micro_batch, in.layer, pass_label(in.pass), kernels, in.kernel_begin, in.kernel_end);
+    }
+    auto& run = encoder_kernels_run_[{replica, in.encoder_pipeline, in.micro_batch, in.layer, static_cast<int>(in.pass)}];
+    run.first += in.kernel_end - in.kernel_begin;
+    run.second = kernels;
+    if (lc.kernels.empty()) {
+      p.compute = lc.seconds;
+      return p;
+    }
+    for (int k = in.kernel_begin; k < in.kernel_end; ++k) {
+      (lc.kernels[k].kind == Kernel::Kind::kCompute ? p.compute : p.comm) += lc.kernels[k].seconds;
+    }
+    if (in.pass == Pass::kForward && in.kernel_begin == 0) {
+      const double copies = replicas_ == 1 ? s_.layout.dp : 1;
+      model_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
+      hardware_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
+    }
+    return p;
+  }
+  static std::string_view pass_label(Pass pass) {
+    switch (pass) {
+      case Pass::kForward: return "forward";
+      case Pass::kBackward: return "backward";
+      case Pass::kBackwardInput: return "input-gradient";
+      case Pass::kBackwardWeight: return "weight-gradient";
+      case Pass::kRecompute: return "recompute";
+    }
+    return "?";
+  }
+
+  // Encoder kernels on their tensor slice: inside the LLM pass before them (filling its tensor-parallel gaps,
+  // their collectives slowing its compute), or after it on the slice's stream. What overruns the pass's gaps
+  // runs after the pass and delays whatever comes next on the slice.
+  void run_encoder_kernels(int d, const Instruction& in) {
+    Device& dev = devices_[d];
+    const int replica = d / pp_;
+    const int b = slice_of(in);
+    const PassSeconds p = encoder_range_seconds(in, replica);
+    double& free = cursor(dev, b);
+    const double ready = std::max(dev.slice_ready[b], dev.encoder_done[b]);
+    double start, end;
+    if (in.inside_pass && dev.in_pass && ready < dev.pass_end) {
+      const double span = dev.pass_end - dev.pass_start;
+      const double density = span > 0 ? dev.pass_gap_seconds / span : 0;
+      start = std::max({dev.gap_at[b], ready, dev.pass_start});
+      const double available = density > 0 ? std::min(dev.gap_left[b], density * (dev.pass_end - start)) : 0;
+      const double fitted = std::min(p.compute, std::max(0.0, available));
+      const double finish = density > 0 ? start + fitted / density : start;
+      dev.gap_left[b] -= fitted;
+      dev.gap_at[b] = finish;
+      const double overrun = p.compute - fitted;
+      const double contention = s_.encoder.collective_slowdown * p.comm;
+      if (overrun > 0 || contention > 0) {
+        const double from = std::max(free, dev.pass_end);
+        if (b == 0) account_gap(dev, from, false, false);
+        free = from + overrun + contention;
+      }
+      end = (overrun > 0 ? free - contention : finish) + p.comm;
+      if (b == 0) {
+        dev.time.tp_comm -= fitted;  // gaps of the pass now hold encoder compute
+        dev.time.compute += p.compute + contention;
+      }
+    } else {
+      start = std::max(free, ready);
+      if (b == 0) {
+        account_gap(dev, start, false, false);
+        dev.time.compute += p.compute;
+        dev.time.tp_comm += p.comm;
+      }
+      end = start + p.total();
+      free = end;
+    }
+    dev.encoder_done[b] = end;
+    dev.slice_ready[b] = 0;
+    dev.last_pass_end = std::max(dev.last_pass_end, end);
+    record(d, TimelineEvent::Stream::kCompute, in, start, end, p.comm);
+  }
+
   // Runs device `d` until it finishes or waits. Returns devices to wake.
   void advance(int d, std::deque<int>& work) {
     Device& dev = devices_[d];
@@ -540,38 +777,87 @@ class Simulator {
       const Instruction& in = program[dev.pc];
       switch (in.op) {
         case OpKind::kRecv: {
-          const double at = arrivals[arrival_slot(in.payload, in.peer_stage, in.micro_batch)];
+          double at;
+          if (in.encoder_pipeline >= 0) {
+            // From the previous encoder stage, or the gradient of the LLM micro-batch it fed from the LLM's first
+            // stage (whose gradient slot towards a previous LLM stage is otherwise unused).
+            at = in.peer_encoder_pipeline >= 0
+                     ? encoder_arrivals_[replica][encoder_slot(in.payload, in.peer_encoder_pipeline, in.peer_stage,
+                                                               in.micro_batch)]
+                     : arrivals[arrival_slot(in.payload, in.peer_stage,
+                                             llm_micro_batch_of(in.encoder_pipeline, in.micro_batch))];
+          } else if (in.peer_encoder_pipeline >= 0) {
+            const int k = encoder_of_llm_[in.peer_encoder_pipeline][in.micro_batch];
+            at = k < 0 ? -1 : encoder_arrivals_[replica][encoder_slot(in.payload, in.peer_encoder_pipeline, in.peer_stage, k)];
+          } else {
+            at = arrivals[arrival_slot(in.payload, in.peer_stage, in.micro_batch)];
+          }
           if (at < 0) {
             dev.waiting = true;
             return;
           }
-          dev.ready = std::max(dev.ready, at);
+          if (in.encoder_pipeline >= 0) {
+            dev.slice_ready[slice_of(in)] = std::max(dev.slice_ready[slice_of(in)], at);
+          } else {
+            dev.ready = std::max(dev.ready, at);
+          }
           break;
         }
         case OpKind::kSend: {
-          const double bytes = p2p_bytes(in.stage, replica, in.micro_batch);
+          const bool encoder = in.encoder_pipeline >= 0;
+          const bool to_encoder = in.peer_encoder_pipeline >= 0;
+          // Between the encoder and the LLM both ways: the encoder's output for the LLM micro-batch it feeds.
+          const double bytes =
+              encoder      ? encoder_p2p_bytes(in.stage, replica, llm_micro_batch_of(in.encoder_pipeline, in.micro_batch))
+              : to_encoder ? encoder_p2p_bytes(s_.encoder.pp - 1, replica, in.micro_batch)
+                           : p2p_bytes(in.stage, replica, in.micro_batch);
           const int64_t distance = static_cast<int64_t>(s_.layout.dp) * s_.layout.tp;
           const double seconds = p2p_seconds(bytes, cluster_, eff_, distance);
+          // What is sent is there when the pass that made it ends: the LLM's last pass, or the slice's encoder
+          // kernels (without an encoder section, the device's compute stream as it stands).
+          const double made = encoder ? dev.encoder_done[slice_of(in)]
+                              : s_.encoder.present() ? dev.llm_done
+                                                     : dev.compute_free;
           double start, end;
           if (shares_compute()) {
             // On the compute cores: it starts when they are free and takes them for slowdown × its seconds.
-            start = dev.compute_free;
+            double& free = encoder ? cursor(dev, slice_of(in)) : dev.compute_free;
+            start = std::max(free, made);
             end = start + seconds;
             const double lost = cluster_.device.communication_compute_slowdown * seconds;
-            dev.time.pp_other += lost;
-            dev.compute_free = start + lost;
+            if (!encoder || slice_of(in) == 0) {
+              account_gap(dev, start, false, false);
+              dev.time.pp_other += lost;
+            }
+            free = start + lost;
           } else {
-            start = std::max(dev.p2p_free, dev.compute_free);
+            start = std::max(dev.p2p_free, made);
             end = start + seconds;
             dev.p2p_free = end;
           }
           record(d, TimelineEvent::Stream::kP2p, in, start, end);
-          arrivals[arrival_slot(in.payload, in.stage, in.micro_batch)] = end;
-          const int peer = replica * pp_ + s_.layout.rank_of_stage(in.peer_stage);
+          int peer;
+          if (encoder && in.peer_encoder_pipeline >= 0) {
+            encoder_arrivals_[replica][encoder_slot(in.payload, in.encoder_pipeline, in.stage, in.micro_batch)] = end;
+            peer = device_of(replica, s_.encoder.rank_of(s_.layout, in.peer_encoder_pipeline, in.peer_stage));
+          } else if (encoder) {
+            encoder_arrivals_[replica][encoder_slot(in.payload, in.encoder_pipeline, in.stage, in.micro_batch)] = end;
+            peer = device_of(replica, s_.layout.rank_of_stage(in.peer_stage));
+          } else if (to_encoder) {
+            arrivals[arrival_slot(in.payload, in.stage, in.micro_batch)] = end;
+            peer = device_of(replica, s_.encoder.rank_of(s_.layout, in.peer_encoder_pipeline, in.peer_stage));
+          } else {
+            arrivals[arrival_slot(in.payload, in.stage, in.micro_batch)] = end;
+            peer = device_of(replica, s_.layout.rank_of_stage(in.peer_stage));
+          }
           if (devices_[peer].waiting) work.push_back(peer);
           break;
         }
         case OpKind::kCollective: {
+          if (in.encoder_pipeline >= 0) {
+            arrive_encoder_collective(d, in, work);
+            break;
+          }
           const int64_t k = collective_index_[rank][dev.pc];
           CollectiveState& c = collectives_[rank][k];
           if (dev.collectives_seen == k) {  // first visit: arrive
@@ -618,16 +904,28 @@ class Simulator {
             gather_end = per_layer ? g.end + p.total() / layers : 0;
             gathers.pop_front();
           }
-          const double start = std::max({dev.compute_free, dev.ready, gathered});
-          account_gap(dev, start, gathered > std::max(dev.compute_free, dev.ready), false);
+          // An LLM pass takes every tensor slice: it waits for the encoder kernels each one runs.
+          const double slices_free = busiest_cursor(dev);
+          const double start = std::max({slices_free, dev.ready, gathered});
+          account_gap(dev, start, gathered > std::max(slices_free, dev.ready), false);
           const double end = std::max(start + p.total(), gather_end);
           dev.time.dp_comm += end - (start + p.total());
           dev.time.compute += p.compute;
           dev.time.tp_comm += p.comm;
           dev.compute_free = end;
+          for (double& f : dev.slice_free) f = end;
           dev.ready = 0;
           dev.any_compute = true;
-          dev.last_pass_end = end;
+          dev.last_pass_end = std::max(dev.last_pass_end, end);
+          dev.llm_done = end;
+          if (s_.encoder.present()) {
+            dev.in_pass = true;
+            dev.pass_start = start;
+            dev.pass_end = end;
+            dev.pass_gap_seconds = p.comm;
+            std::fill(dev.gap_left.begin(), dev.gap_left.end(), p.comm);
+            std::fill(dev.gap_at.begin(), dev.gap_at.end(), start);
+          }
           record(d, TimelineEvent::Stream::kCompute, in, start, end, p.comm);
           if (in.op == OpKind::kForward) {
             ++dev.forwards_done;
@@ -645,33 +943,9 @@ class Simulator {
           }
           break;
         }
-        case OpKind::kEncoderKernels: {
-          const int c = layer_component_[in.layer];
-          const LayerSpec& spec = model_.components[c].layers[in.layer - first_layer_of(c)];
-          LayerWork w;
-          w.layer = &spec;
-          w.pass = in.pass;
-          w.batch = batch_for(c, load(replica, in.micro_batch));
-          w.sharding = sharding(c);
-          w.trainable = model_.components[c].trainable;
-          w.recompute = s_.recompute[in.layer];
-          w.dtype = options_.dtype;
-          const LayerCost lc = cost_.layer_cost(w);
-          PassSeconds p;
-          const int end_kernel = std::min<int>(in.kernel_end, static_cast<int>(lc.kernels.size()));
-          for (int k = in.kernel_begin; k < end_kernel; ++k) {
-            const Kernel& kernel = lc.kernels[k];
-            (kernel.kind == Kernel::Kind::kCompute ? p.compute : p.comm) += kernel.seconds;
-          }
-          const double start = std::max(dev.compute_free, dev.ready);
-          account_gap(dev, start, false, false);
-          dev.time.compute += p.compute;
-          dev.time.tp_comm += p.comm;
-          dev.compute_free = start + p.total();
-          dev.ready = 0;
-          record(d, TimelineEvent::Stream::kCompute, in, start, dev.compute_free, p.comm);
+        case OpKind::kEncoderKernels:
+          run_encoder_kernels(d, in);
           break;
-        }
         case OpKind::kWaveBoundary: {
           // A barrier over every device: all cross their k-th boundary together.
           const size_t k = dev.waves_crossed;
@@ -718,6 +992,39 @@ class Simulator {
     }
   }
 
+  // An encoder stage's collective over its data-parallel group (every pipeline's copy of the stage on every
+  // replica): it starts once all have reached it and the stage's previous one has ended, on the collective
+  // stream, and the optimizer step waits for it. It never blocks the program, on any kind of device.
+  void arrive_encoder_collective(int d, const Instruction& in, std::deque<int>& work) {
+    Device& dev = devices_[d];
+    const int b = slice_of(in);
+    const int e = in.stage;
+    const int k = dev.encoder_collectives_seen[b]++;
+    auto& chain = encoder_collectives_[e];
+    if (chain.size() <= static_cast<size_t>(k)) chain.resize(k + 1);
+    CollectiveState& c = chain[k];
+    c.ready = std::max(c.ready, dev.encoder_done[b]);
+    if (++c.arrived < replicas_ * s_.encoder.pipelines) return;
+    const EncoderStageInfo& info = encoder_stages_[e];
+    const bool gradients = in.tensor == CollectiveTensor::kGradients;
+    const CollectiveOp op = in.collective == CollectiveKind::kAllReduce       ? CollectiveOp::kAllReduce
+                            : in.collective == CollectiveKind::kReduceScatter ? CollectiveOp::kReduceScatter
+                                                                              : CollectiveOp::kAllGather;
+    const DeviceGroupShape group{s_.encoder.dp, static_cast<int64_t>(s_.encoder.tp)};
+    c.start = std::max(c.ready, k > 0 ? chain[k - 1].end : 0.0);
+    c.end = c.start + collective_seconds(op, gradients ? info.gradient_bytes : info.parameter_bytes, cluster_, eff_, group);
+    c.resolved = true;
+    for (int replica = 0; replica < replicas_; ++replica) {
+      for (int r = 0; r < pp_; ++r) {
+        if (s_.encoder.stage_on_rank(s_.layout, r) != e) continue;
+        Device& host = devices_[device_of(replica, r)];
+        host.grads_ready = std::max(host.grads_ready, c.end);
+        record(device_of(replica, r), TimelineEvent::Stream::kCollective, in, c.start, c.end);
+        if (host.waiting) work.push_back(device_of(replica, r));
+      }
+    }
+  }
+
   struct WaveState {
     int arrived = 0;
     double release = 0;
@@ -745,6 +1052,11 @@ class Simulator {
     const int device_count = replicas_ * pp_;
     devices_.resize(device_count);
     arrivals_.assign(replicas_, std::vector<double>(2 * s_.stages.size() * s_.micro_batches, -1.0));
+    if (s_.encoder.present()) {
+      encoder_arrivals_.assign(replicas_, std::vector<double>(static_cast<size_t>(2) * s_.encoder.pipelines *
+                                                                  s_.encoder.pp * encoder_max_micro_batches_, -1.0));
+      encoder_collectives_.resize(s_.encoder.pp);
+    }
     collectives_.resize(pp_);
     collective_index_.resize(pp_);
     rank_state_bytes_.assign(pp_, 0);
@@ -754,7 +1066,7 @@ class Simulator {
       int64_t k = 0;
       int forwards = 0;
       for (size_t i = 0; i < program.size(); ++i) {
-        if (program[i].op == OpKind::kCollective) collective_index_[r][i] = k++;
+        if (program[i].op == OpKind::kCollective && program[i].encoder_pipeline < 0) collective_index_[r][i] = k++;
         if (program[i].op == OpKind::kForward) ++forwards;
       }
       collectives_[r].assign(static_cast<size_t>(k), {});
@@ -762,6 +1074,16 @@ class Simulator {
         Device& dev = devices_[replica * pp_ + r];
         dev.forwards_total = forwards;
         dev.pending_gathers.resize(s_.layout.vpp);
+        if (s_.encoder.present()) {
+          const size_t slices = static_cast<size_t>(s_.encoder.slices(s_.layout));
+          dev.slice_free.assign(slices, 0);
+          dev.slice_free[0] = 0;  // slice 0 is compute_free; its entry stays unused
+          dev.slice_ready.assign(slices, 0);
+          dev.encoder_done.assign(slices, 0);
+          dev.encoder_collectives_seen.assign(slices, 0);
+          dev.gap_left.assign(slices, 0);
+          dev.gap_at.assign(slices, 0);
+        }
       }
       rank_state_bytes_[r] = rank_state_bytes(s_, model_, r);
     }
@@ -783,6 +1105,14 @@ class Simulator {
              devices_[d].pc, op_kind_name(s_.programs[d % pp_].instructions[devices_[d].pc].op));
       }
     }
+    // Every encoder layer pass that ran, ran whole: none of its kernels left out or run twice.
+    for (const auto& [key, run] : encoder_kernels_run_) {
+      if (run.first != run.second) {
+        fail("encoder pipeline {} micro-batch {}: layer {}'s {} pass runs {} of its {} kernels", std::get<1>(key),
+             std::get<2>(key), std::get<3>(key), pass_label(static_cast<Pass>(std::get<4>(key))), run.first,
+             run.second);
+      }
+    }
   }
 
   SimResult finish() {
@@ -798,11 +1128,12 @@ class Simulator {
     for (double e : pipe_end) all_end = std::max(all_end, e);
     // The global gradient norm: every device's optimizer starts once every gradient is reduced.
     double step_start = 0;
-    for (const Device& dev : devices_) step_start = std::max({step_start, dev.compute_free, dev.grads_ready});
+    for (const Device& dev : devices_) step_start = std::max({step_start, busiest_cursor(dev), dev.grads_ready});
     double iteration = step_start;
     std::vector<double> step_seconds(pp_, 0);
     for (int r = 0; r < pp_; ++r) {
       for (int chunk = 0; chunk < l.vpp; ++chunk) step_seconds[r] += stages_[chunk * pp_ + r].optimizer_seconds;
+      if (s_.encoder.present()) step_seconds[r] += encoder_stages_[s_.encoder.stage_on_rank(l, r)].optimizer_seconds;
       iteration = std::max(iteration, step_start + step_seconds[r]);
       out.optimizer_seconds = std::max(out.optimizer_seconds, step_seconds[r]);
     }

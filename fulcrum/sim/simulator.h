@@ -78,6 +78,7 @@ struct TimelineEvent {
   OpKind op = OpKind::kForward;  // kCollective also names the optimizer step (stage -1)
   int32_t stage = -1;
   int32_t micro_batch = -1;
+  int32_t encoder_pipeline = -1;  // encoder instructions: their pipeline (stage and micro-batch are its own)
   double start_seconds = 0;
   double end_seconds = 0;
   double tp_comm_seconds = 0;  // of a compute interval, the part spent in layer collectives
@@ -125,6 +126,15 @@ struct SimResult {
 // data; a data-parallel collective starts when every replica has reached it. After the last backward, every
 // device waits for the gradients of the whole model (the global gradient norm) and runs its optimizer step:
 // memory-bound over its shard of the state. Deterministic: the same inputs give the same result.
+//
+// With an encoder section (Optimus), each tensor slice of a rank runs its encoder pipeline's kernels on a stream
+// of its own between the LLM's passes, which take every slice. Kernels placed inside a pass fill its
+// tensor-parallel gaps (spread evenly over the pass) and their collectives slow it by the section's
+// collective_slowdown; compute that does not fit the gaps left runs after the pass and delays the LLM's next
+// pass, as does encoder work after a pass that outlasts the bubble it was planned for. The breakdown of a rank
+// is its first tensor slice's. Encoder activations are not counted in memory (Optimus leaves them out too);
+// encoder state is. Encoder collectives run on the collective stream and never block a program, on any kind
+// of device; the optimizer step waits for them.
 // Throws InputError when the loads do not fit the schedule or the model does not fit the stages.
 SimResult simulate(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,
                    const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,

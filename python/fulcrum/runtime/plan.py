@@ -51,6 +51,9 @@ class RuntimePlan:
         schedule = doc.get("schedule", doc) if doc.get("kind") != "schedule" else doc
         if not isinstance(schedule, Mapping) or schedule.get("kind") != "schedule":
             raise ValueError(f"{where}: neither a schedule nor a plan holding one")
+        if "encoder" in schedule:
+            raise ValueError(f"{where}: the runtime does not run encoder sections (encoders in the LLM's bubbles) "
+                             "yet; plan with another strategy")
         text = json.dumps(schedule)
         _core.check_schedule(text, where)
         layout = schedule["layout"]

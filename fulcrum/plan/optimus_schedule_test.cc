@@ -1,0 +1,326 @@
+#include "fulcrum/plan/optimus_schedule.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/core/rng.h"
+#include "fulcrum/model/model_presets.h"
+#include "fulcrum/plan/eight_gpu_example.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+#include "fulcrum/sched/schedule_json.h"
+#include "fulcrum/sched/validate.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The paper's 8-GPU example, and the simulator on it.
+struct EightGpus : EightGpuExample {
+  using EightGpuExample::EightGpuExample;
+
+  SimResult simulate_on(const Schedule& s, const MicroBatchLoads& loads) const {
+    SimOptions options;
+    options.timeline = true;
+    return simulate(s, model, cluster, cost, in.efficiency, loads, options);
+  }
+};
+
+int count_ops(const Schedule& s, OpKind op, bool encoder) {
+  int n = 0;
+  for (const Program& p : s.programs) {
+    for (const Instruction& in : p.instructions) n += in.op == op && (in.encoder_pipeline >= 0) == encoder;
+  }
+  return n;
+}
+
+TEST(OptimusSchedule, TheEightGpuPlanBecomesOneValidSchedule) {
+  EightGpus g;
+  const OptimusPlan plan = plan_optimus(g.in);
+  const Schedule s = optimus_schedule(g.in, plan);
+  EXPECT_NO_THROW(validate(s));
+  const EncoderSection& e = s.encoder;
+  ASSERT_TRUE(e.present());
+  EXPECT_EQ(e.pp, plan.encoder_plan.pp);
+  EXPECT_EQ(e.tp, plan.encoder_plan.tp);
+  EXPECT_EQ(e.pipelines, (4 / e.pp) * (2 / e.tp));
+  EXPECT_EQ(s.layout.encoder_tp, e.tp);
+  // The LLM's stages start after the encoder side's layers (ViT blocks and the projector).
+  int32_t encoder_layers = 0;
+  for (const ComponentSpec& c : g.model.components) {
+    if (c.role != ComponentRole::kLlm) encoder_layers += static_cast<int32_t>(c.layers.size());
+  }
+  EXPECT_EQ(s.stages.front().first_layer, encoder_layers);
+  EXPECT_EQ(s.model_layers, encoder_layers + plan.llm.schedule.model_layers);
+  // The map is the fine schedule's, and every LLM micro-batch is fed once.
+  std::multiset<int> fed;
+  for (int j = 0; j < e.pipelines; ++j) {
+    EXPECT_EQ(e.micro_batches(j), plan.split[j]);
+    for (int k = 0; k < e.micro_batches(j); ++k) {
+      EXPECT_EQ(e.llm_micro_batch[j][k], plan.fine.llm_micro_batch[j][k]);
+      fed.insert(e.llm_micro_batch[j][k]);
+    }
+  }
+  EXPECT_EQ(fed, (std::multiset<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  // The LLM's first stage receives each micro-batch's input from the encoder and sends its gradient back; each
+  // encoder micro-batch leaves its last stage once.
+  int from_encoder = 0, to_encoder = 0;
+  for (const Instruction& in : s.programs[0].instructions) {
+    if (in.encoder_pipeline < 0 && in.peer_encoder_pipeline >= 0) (in.op == OpKind::kRecv ? from_encoder : to_encoder)++;
+  }
+  EXPECT_EQ(from_encoder, 8);
+  EXPECT_EQ(to_encoder, 8);
+  // The LLM's own instructions are all still there.
+  EXPECT_EQ(count_ops(s, OpKind::kForward, false), count_ops(plan.llm.schedule, OpKind::kForward, false));
+  EXPECT_EQ(count_ops(s, OpKind::kBackward, false), count_ops(plan.llm.schedule, OpKind::kBackward, false));
+  EXPECT_GT(count_ops(s, OpKind::kEncoderKernels, true), 0);
+  // The fine schedule put some kernels in the LLM passes' tensor-parallel gaps.
+  int inside = 0;
+  for (const Program& p : s.programs) {
+    for (const Instruction& in : p.instructions) inside += in.op == OpKind::kEncoderKernels && in.inside_pass;
+  }
+  EXPECT_GT(inside, 0);
+}
+
+// On the step it was planned for, the simulator runs the schedule in about the time the bubble scheduler gave
+// it. The two models differ in small ways: the simulator spreads a pass's tensor-parallel gaps evenly over it
+// (the scheduler packs kernels into each gap), and runs the encoders' optimizer steps with the LLM's after the
+// global gradient norm (the scheduler after each stage's last backward).
+TEST(OptimusSchedule, OnThePlannedStepItTakesWhatTheBubbleScheduleSaid) {
+  for (int images : {1, 4}) {
+    EightGpus g(images);
+    const OptimusPlan plan = plan_optimus(g.in);
+    const Schedule s = optimus_schedule(g.in, plan);
+    const SimResult r = g.simulate_on(s, g.in.loads);
+    EXPECT_NEAR(r.iteration_seconds, plan.fine.iteration_seconds, 0.03 * plan.fine.iteration_seconds)
+        << images << " images per sample";
+    // Never faster than the LLM alone, whose passes it keeps.
+    EXPECT_GE(r.iteration_seconds, plan.llm.result.iteration_seconds * (1 - 1e-9));
+  }
+}
+
+// The schedule is static; the data is not. Bound to a step whose samples carry more images than the planned one,
+// the encoder's kernels outgrow the bubbles they were placed in and delay the LLM; with no images they cost
+// nothing and the step takes what the LLM alone takes.
+TEST(OptimusSchedule, WorkThatOutgrowsItsBubbleDelaysWhatDependsOnIt) {
+  EightGpus g(1);
+  const OptimusPlan plan = plan_optimus(g.in);
+  const Schedule s = optimus_schedule(g.in, plan);
+  const double planned = g.simulate_on(s, g.in.loads).iteration_seconds;
+  const double heavier = g.simulate_on(s, uniform_loads(8, 2, 2048, 8)).iteration_seconds;
+  const double none = g.simulate_on(s, uniform_loads(8, 2, 2048, 0)).iteration_seconds;
+  EXPECT_GT(heavier, planned * 1.01);
+  // Without images the encoder still updates its weights (its gradient collectives and optimizer step).
+  EXPECT_LT(none, planned);
+  EXPECT_GE(none, plan.llm.result.iteration_seconds);
+  // Planned for eight images, the same step runs faster than the schedule planned for one.
+  EightGpus g8(8);
+  const OptimusPlan plan8 = plan_optimus(g8.in);
+  const double replanned = g8.simulate_on(optimus_schedule(g8.in, plan8), g8.in.loads).iteration_seconds;
+  EXPECT_LT(replanned, heavier);
+}
+
+// One micro-batch heavier than planned delays only what depends on it: the LLM's first forward of that
+// micro-batch starts later than on the planned step.
+TEST(OptimusSchedule, AHeavierMicroBatchDelaysItsOwnLlmForward) {
+  EightGpus g(1);
+  const OptimusPlan plan = plan_optimus(g.in);
+  const Schedule s = optimus_schedule(g.in, plan);
+  MicroBatchLoads loads = g.in.loads;
+  const int last = 7;
+  loads.per_replica[0][last].vision *= 16;
+  auto first_stage_forward = [&](const SimResult& r, int i) {
+    for (const TimelineEvent& e : r.timeline) {
+      if (e.rank == 0 && e.op == OpKind::kForward && e.stage == 0 && e.micro_batch == i) return e.start_seconds;
+    }
+    return -1.0;
+  };
+  const SimResult planned = g.simulate_on(s, g.in.loads);
+  const SimResult heavy = g.simulate_on(s, loads);
+  EXPECT_GT(first_stage_forward(heavy, last), first_stage_forward(planned, last) + 1e-6);
+  EXPECT_NEAR(first_stage_forward(heavy, 0), first_stage_forward(planned, 0), 1e-9);
+}
+
+// Other pipeline shapes: interleaving, a frozen encoder (forward only), a frozen encoder under a trained
+// projector, and random image counts per micro-batch, some without images; each validates and simulates.
+TEST(OptimusSchedule, OtherShapesValidateAndSimulate) {
+  Rng rng(7);
+  for (int trial = 0; trial < 6; ++trial) {
+    const bool interleaved = trial % 2 == 1;
+    EightGpus g(1, interleaved ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB, interleaved ? 2 : 1);
+    for (ComponentSpec& c : g.model.components) {
+      if (trial >= 2 && c.role == ComponentRole::kEncoder) c.trainable = false;
+      if (trial >= 4 && c.role == ComponentRole::kProjector) c.trainable = false;
+    }
+    for (MicroBatchLoad& l : g.in.loads.per_replica[0]) l.vision = static_cast<int64_t>(rng.below(5));
+    const OptimusPlan plan = plan_optimus(g.in);
+    const Schedule s = optimus_schedule(g.in, plan);
+    ASSERT_NO_THROW(validate(s)) << "trial " << trial;
+    const SimResult r = g.simulate_on(s, g.in.loads);
+    EXPECT_NEAR(r.iteration_seconds, plan.fine.iteration_seconds, 0.05 * plan.fine.iteration_seconds) << "trial " << trial;
+    const bool backward = count_ops(s, OpKind::kEncoderKernels, true) > 0 &&
+                          std::any_of(s.programs.begin(), s.programs.end(), [](const Program& p) {
+                            return std::any_of(p.instructions.begin(), p.instructions.end(), [](const Instruction& in) {
+                              return in.op == OpKind::kEncoderKernels && in.pass != Pass::kForward;
+                            });
+                          });
+    EXPECT_EQ(backward, trial < 4) << "trial " << trial;
+  }
+}
+
+// Written and read back, the schedule is the same: it validates and simulates to the same time.
+TEST(OptimusSchedule, ItsJsonReadsBackToTheSameRun) {
+  EightGpus g(2, PipelineKind::kInterleaved, 2);
+  const OptimusPlan plan = plan_optimus(g.in);
+  const Schedule s = optimus_schedule(g.in, plan);
+  const std::string text = schedule_to_json(s);
+  const Schedule back = schedule_from_json(text, "optimus.json");
+  EXPECT_EQ(schedule_to_json(back), text);
+  ASSERT_NO_THROW(validate(back));
+  EXPECT_EQ(g.simulate_on(back, g.in.loads).iteration_seconds, g.simulate_on(s, g.in.loads).iteration_seconds);
+}
+
+// The encoder's FLOPs count in the MFU as they do with the encoders in the LLM's first stage.
+TEST(OptimusSchedule, TheEncodersFlopsCount) {
+  EightGpus g;
+  const OptimusPlan plan = plan_optimus(g.in);
+  const SimResult whole = g.simulate_on(optimus_schedule(g.in, plan), g.in.loads);
+  ParallelLayout layout = g.in.llm_layout;
+  const Schedule together = make_pipeline_schedule(PipelineKind::kOneFOneB, layout, 8,
+                                                   partition_layers(g.model, 4, EncoderPlacement::kFirstStage),
+                                                   block_recompute(g.model, Recompute::kFull));
+  const SimResult first_stage = g.simulate_on(together, g.in.loads);
+  EXPECT_NEAR(whole.model_flops, first_stage.model_flops, 1e-9 * first_stage.model_flops);
+  EXPECT_GT(whole.model_flops, plan.llm.result.model_flops);
+}
+
+// validate() holds an encoder schedule to the rules the bubble scheduler keeps.
+class BrokenSchedule : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    plan_ = plan_optimus(g_.in);
+    schedule_ = optimus_schedule(g_.in, plan_);
+  }
+  std::string error_of(const Schedule& s) {
+    try {
+      validate(s);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  // The index in `rank`'s program of the first instruction matching `pred`.
+  template <typename Pred>
+  size_t find(const Schedule& s, int rank, Pred pred) {
+    const auto& p = s.programs[rank].instructions;
+    return static_cast<size_t>(std::find_if(p.begin(), p.end(), pred) - p.begin());
+  }
+  EightGpus g_;
+  OptimusPlan plan_;
+  Schedule schedule_;
+};
+
+// EF_i ≤ F_i: the LLM's first forward of a micro-batch after the encoder's output has arrived.
+TEST_F(BrokenSchedule, AnLlmForwardBeforeItsEncoderInput) {
+  Schedule s = schedule_;
+  auto& p = s.programs[0].instructions;
+  const size_t recv = find(s, 0, [](const Instruction& in) {
+    return in.op == OpKind::kRecv && in.encoder_pipeline < 0 && in.peer_encoder_pipeline >= 0;
+  });
+  ASSERT_LT(recv, p.size());
+  ASSERT_EQ(p[recv + 1].op, OpKind::kForward);
+  std::swap(p[recv], p[recv + 1]);
+  EXPECT_THAT(error_of(s), HasSubstr("runs before its input is received from the encoder"));
+}
+
+// EB_i ≥ B_i: an encoder backward before the LLM's gradient has come back.
+TEST_F(BrokenSchedule, AnEncoderBackwardBeforeItsGradient) {
+  Schedule s = schedule_;
+  for (int r = 0; r < s.layout.pp; ++r) {
+    auto& p = s.programs[r].instructions;
+    const size_t recv = find(s, r, [](const Instruction& in) {
+      return in.op == OpKind::kRecv && in.encoder_pipeline >= 0 && in.payload == Payload::kGradient;
+    });
+    if (recv == p.size()) continue;
+    p.erase(p.begin() + static_cast<std::ptrdiff_t>(recv));
+    EXPECT_THAT(error_of(s), HasSubstr("runs before its output gradient is received"));
+    return;
+  }
+  FAIL() << "no encoder gradient receive";
+}
+
+// Stage order: a downstream encoder stage's forward needs the upstream stage's activation.
+TEST_F(BrokenSchedule, AnEncoderStageBeforeTheOneUpstream) {
+  Schedule s = schedule_;
+  if (s.encoder.pp < 2) GTEST_SKIP() << "the chosen encoder plan has one stage";
+  for (int r = 0; r < s.layout.pp; ++r) {
+    auto& p = s.programs[r].instructions;
+    const size_t recv = find(s, r, [](const Instruction& in) {
+      return in.op == OpKind::kRecv && in.encoder_pipeline >= 0 && in.payload == Payload::kActivation;
+    });
+    if (recv == p.size()) continue;
+    p.erase(p.begin() + static_cast<std::ptrdiff_t>(recv));
+    EXPECT_THAT(error_of(s), HasSubstr("runs before its input is received"));
+    return;
+  }
+  FAIL() << "no encoder activation receive";
+}
+
+// Every kernel of a layer's pass, in order from the first: a range dropped is found.
+TEST_F(BrokenSchedule, AKernelRangeLeftOut) {
+  Schedule s = schedule_;
+  auto& p = s.programs[0].instructions;
+  const size_t range = find(s, 0, [](const Instruction& in) {
+    return in.op == OpKind::kEncoderKernels && in.kernel_begin == 0 && in.pass == Pass::kForward;
+  });
+  ASSERT_LT(range, p.size());
+  p.erase(p.begin() + static_cast<std::ptrdiff_t>(range));
+  EXPECT_FALSE(error_of(s).empty());
+}
+
+// Stream overlap: an encoder range inside an LLM pass must follow that pass with nothing that waits between.
+TEST_F(BrokenSchedule, InsideAPassWithoutThePass) {
+  Schedule s = schedule_;
+  for (int r = 0; r < s.layout.pp; ++r) {
+    auto& p = s.programs[r].instructions;
+    const size_t range = find(s, r, [](const Instruction& in) { return in.op == OpKind::kEncoderKernels; });
+    if (range == p.size()) continue;
+    Instruction moved = p[range];
+    moved.inside_pass = true;
+    p.erase(p.begin() + static_cast<std::ptrdiff_t>(range));
+    p.insert(p.begin(), moved);
+    EXPECT_THAT(error_of(s), HasSubstr("runs inside an LLM pass, but follows none"));
+    return;
+  }
+  FAIL() << "no encoder kernels";
+}
+
+TEST_F(BrokenSchedule, AMapThatFeedsAMicroBatchTwice) {
+  Schedule s = schedule_;
+  ASSERT_GE(s.encoder.micro_batches(0), 2);
+  s.encoder.llm_micro_batch[0][1] = s.encoder.llm_micro_batch[0][0];
+  EXPECT_THAT(error_of(s), HasSubstr("fed by two encoder micro-batches"));
+}
+
+TEST_F(BrokenSchedule, AnEncoderStageOnTheWrongRank) {
+  Schedule s = schedule_;
+  const size_t range = find(s, 0, [](const Instruction& in) { return in.op == OpKind::kEncoderKernels; });
+  ASSERT_LT(range, s.programs[0].instructions.size());
+  Instruction moved = s.programs[0].instructions[range];
+  s.programs[1].instructions.push_back(moved);
+  EXPECT_THAT(error_of(s), HasSubstr("the encoder stage runs on rank"));
+}
+
+TEST_F(BrokenSchedule, EncoderKernelsWithoutASection) {
+  Schedule s = schedule_;
+  s.encoder = EncoderSection{};
+  EXPECT_FALSE(error_of(s).empty());
+}
+
+}  // namespace
+}  // namespace fulcrum
