@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -510,6 +511,67 @@ TEST_F(Cli, PlanOptimusPutsTheEncoderInTheLlmsBubbles) {
   EXPECT_EQ(llm.status, 2);
   EXPECT_NE(llm.err.find("has no encoder to give its own plan"), std::string::npos) << llm.err;
   EXPECT_TRUE(llm.out.empty()) << llm.out;
+}
+
+// Spindle's plan of a multi-task model: waves, the relaxation's bound, the baselines, on every run the same.
+TEST_F(Cli, MultitaskPlansWavesAgainstTheBaselines) {
+  const std::string args = "multitask --tasks multitask-clip-4 --cluster a800:16 --json";
+  const Result r = run(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"iteration_seconds", "compute_seconds", "lower_bound_seconds", "waves", "baselines",
+                          "speedup_vs_sequential", "timing"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_GE(j["compute_seconds"].get<double>(), j["lower_bound_seconds"].get<double>() * (1 - 1e-9));
+  EXPECT_GE(j["iteration_seconds"].get<double>(), j["compute_seconds"].get<double>());
+  for (const char* b : {"sequential", "per_task", "task_greedy"}) {
+    EXPECT_GT(j["baselines"][b]["iteration_seconds"].get<double>(), 0) << b;
+  }
+  EXPECT_NEAR(j["speedup_vs_sequential"].get<double>(),
+              j["baselines"]["sequential"]["iteration_seconds"].get<double>() / j["iteration_seconds"].get<double>(),
+              1e-9);
+  ASSERT_FALSE(j["waves"].empty());
+  for (const auto& w : j["waves"]) {
+    std::set<int> used;
+    for (const auto& s : w["slices"]) {
+      for (const auto& d : s["devices"]) EXPECT_TRUE(used.insert(d.get<int>()).second) << "a device twice in a wave";
+    }
+    EXPECT_LE(used.size(), 16u);
+  }
+  EXPECT_GE(j["timing"]["planner_seconds"].get<double>(), 0);
+  EXPECT_EQ(without_timing(run(args).out), without_timing(r.out));
+  const Result text = run("multitask --tasks qwen-val --cluster a800:32");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("waves: compute"), std::string::npos) << text.out;
+}
+
+TEST_F(Cli, MultitaskBadInput) {
+  auto graph = [&](const std::string& name, const std::string& task) {
+    const fs::path file = dir_ / name;
+    std::ofstream(file) << R"({"fulcrum": 1, "kind": "tasks", "name": "bad", "model": "vit-3b", "tasks": [)" << task
+                        << "]}";
+    return file.string();
+  };
+  const std::pair<std::string, std::string> cases[] = {
+      {"--tasks " + graph("cycle.json", R"({"name": "t", "batch": 8, "nodes": [{"name": "a", "component": "vit-3b",
+         "tokens": 257, "inputs": ["b"]}, {"name": "b", "component": "vit-3b", "tokens": 257, "inputs": ["a"]}]})"),
+       "cycle.json: tasks[0] ('t'): node 'a' is on a cycle of inputs"},
+      {"--tasks " + graph("unknown.json", R"({"name": "t", "batch": 8, "nodes": [{"name": "a", "component": "vit",
+         "tokens": 257}]})"),
+       "unknown.json: tasks[0] ('t').nodes[0]: component 'vit' is not one of model 'vit-3b'"},
+      {"--tasks " + graph("indivisible.json", R"({"name": "t", "batch": 10, "micro_batches": 4, "nodes": [{"name": "a",
+         "component": "vit-3b", "tokens": 257}]})"),
+       "indivisible.json: tasks[0] ('t'): batch 10 is not divisible into 4 micro-batches"},
+      {"--tasks clip-99", "neither a preset"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run("multitask " + args + " --cluster a800:8 --json");
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << args;
+  }
 }
 
 TEST_F(Cli, PlanBadInput) {

@@ -4,20 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "fulcrum/core/error.h"
 
 namespace fulcrum {
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 ClusterSpec load_cluster(const std::string& preset_or_file) {
   if (!preset_or_file.ends_with(".json") && !std::filesystem::is_regular_file(preset_or_file)) {

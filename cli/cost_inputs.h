@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "fulcrum/core/text_file.h"
 #include "fulcrum/cost/dtype.h"
 #include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/model/cluster_spec.h"
@@ -15,9 +16,6 @@ namespace fulcrum {
 // What sets the cost of training, read the same way by every command: the devices (--cluster), the number
 // format (--dtype) and measured layer times (--profile). Each throws InputError naming the file and, for a
 // profile, the entry.
-
-// The whole file. Throws InputError when it cannot be opened.
-std::string read_text_file(const std::string& path);
 
 // A preset ("h100:3072", "cpu:2") or a cluster JSON file (cluster_from_json): a name ending in ".json" or naming
 // an existing file is a file.

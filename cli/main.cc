@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   auto run_model = fulcrum::add_model_command(app);
   auto run_simulate = fulcrum::add_simulate_command(app);
   auto run_plan = fulcrum::add_plan_command(app);
+  auto run_multitask = fulcrum::add_multitask_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("model")) run_model();
     if (app.got_subcommand("simulate")) run_simulate();
     if (app.got_subcommand("plan")) run_plan();
+    if (app.got_subcommand("multitask")) run_multitask();
   } catch (const fulcrum::InputError& e) {
     std::cerr << fmt::format("fulcrum: error: {}\n", e.what());
     return 2;

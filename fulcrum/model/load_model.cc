@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/json_document.h"
+#include "fulcrum/core/text_file.h"
 #include "fulcrum/model/hf_config.h"
 #include "fulcrum/model/model_json.h"
 #include "fulcrum/model/model_presets.h"
@@ -24,11 +23,7 @@ ModelSpec load_model(const std::string& preset_or_file) {
   const bool json_name = preset_or_file.size() > 5 && preset_or_file.ends_with(".json");
   std::error_code ignored;
   if (!json_name && !std::filesystem::is_regular_file(preset_or_file, ignored)) return model_preset(preset_or_file);
-  std::ifstream in(preset_or_file, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open", preset_or_file));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return model_from_file_text(text.str(), preset_or_file);
+  return model_from_file_text(read_text_file(preset_or_file), preset_or_file);
 }
 
 }  // namespace fulcrum

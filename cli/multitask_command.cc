@@ -1,0 +1,123 @@
+// `fulcrum multitask`: Spindle's wavefront plan of a multi-task model, against running it as others do.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/cost_inputs.h"
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/plan/spindle.h"
+
+namespace fulcrum {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct MultitaskOptions {
+  std::string tasks;
+  std::string cluster;
+  std::string dtype = "bf16";
+  bool json = false;
+};
+
+Json baseline_json(const BaselineTimes& b) {
+  return {{"iteration_seconds", b.iteration_seconds}, {"compute_seconds", b.compute_seconds},
+          {"gradient_sync_seconds", b.gradient_sync_seconds}};
+}
+
+void run(const MultitaskOptions& o) {
+  const TaskGraph graph = load_task_graph(o.tasks);
+  const ClusterSpec cluster = load_cluster(o.cluster);
+  const AnalyticCost cost(cluster);
+  MultitaskInputs in;
+  in.graph = &graph;
+  in.cluster = &cluster;
+  in.cost = &cost;
+  in.efficiency = cost.efficiency();
+  in.dtype = training_dtype(o.dtype, cluster);
+  const MultitaskPlan plan = plan_multitask(in);
+  const MultitaskBaselines base = multitask_baselines(in, plan);
+  const double speedup = plan.iteration_seconds > 0 ? base.sequential.iteration_seconds / plan.iteration_seconds : 0;
+  if (o.json) {
+    Json waves = Json::array();
+    for (const PlannedWave& w : plan.waves) {
+      Json slices = Json::array();
+      for (const PlacedSlice& s : w.slices) {
+        const MetaOp& op = plan.graph.ops[s.metaop];
+        const Task& task = graph.tasks[op.task];
+        slices.push_back({{"task", task.name},
+                          {"node", task.nodes[op.node].name},
+                          {"component", graph.model.components[op.component].name},
+                          {"layers", {op.first_layer + s.first_layer, op.first_layer + s.first_layer + s.layers}},
+                          {"devices", s.device_ids},
+                          {"dp", s.dp},
+                          {"tp", s.tp},
+                          {"seconds", s.seconds}});
+      }
+      waves.push_back({{"level", w.level}, {"start_seconds", w.start_seconds}, {"seconds", w.seconds},
+                       {"slices", slices}});
+    }
+    Json levels = Json::array();
+    for (const LevelPlan& l : plan.levels) {
+      levels.push_back({{"metaops", l.metaops.size()},
+                        {"lower_bound_seconds", l.relaxation.makespan_seconds},
+                        {"devices", l.relaxation.devices}});
+    }
+    Json groups = Json::array();
+    for (const SyncGroup& g : plan.sync_groups) {
+      groups.push_back({{"devices", g.device_ids}, {"gradient_bytes", g.gradient_bytes}, {"seconds", g.seconds}});
+    }
+    const Json out{{"tasks", graph.name},
+                   {"cluster", o.cluster},
+                   {"operators", plan.graph.operators},
+                   {"metaops", plan.graph.ops.size()},
+                   {"iteration_seconds", plan.iteration_seconds},
+                   {"compute_seconds", plan.compute_seconds},
+                   {"lower_bound_seconds", plan.lower_bound_seconds},
+                   {"transfer_seconds", plan.transfer_seconds},
+                   {"gradient_sync_seconds", plan.gradient_sync_seconds},
+                   {"levels", levels},
+                   {"waves", waves},
+                   {"sync_groups", groups},
+                   {"baselines",
+                    {{"sequential", baseline_json(base.sequential)},
+                     {"per_task", baseline_json(base.per_task)},
+                     {"task_greedy", baseline_json(base.task_greedy)}}},
+                   {"speedup_vs_sequential", speedup},
+                   {"timing", {{"planner_seconds", plan.planner_seconds}}}};
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  std::cout << fmt::format("{}: {} tasks, {} operators in {} MetaOps over {} levels, on {} × {}\n", graph.name,
+                           graph.tasks.size(), plan.graph.operators, plan.graph.ops.size(), plan.levels.size(),
+                           cluster.devices, cluster.device.kind);
+  std::cout << fmt::format("  {} waves: compute {:.3f} s (bound {:.3f} s, {:+.1f}%), transfers {:.3f} s, gradient "
+                           "sync {:.3f} s: iteration {:.3f} s\n",
+                           plan.waves.size(), plan.compute_seconds, plan.lower_bound_seconds,
+                           100 * (plan.compute_seconds / plan.lower_bound_seconds - 1), plan.transfer_seconds,
+                           plan.gradient_sync_seconds, plan.iteration_seconds);
+  for (const auto& [name, b] : {std::pair<const char*, const BaselineTimes&>{"sequential", base.sequential},
+                                {"per-task", base.per_task},
+                                {"task-greedy", base.task_greedy}}) {
+    std::cout << fmt::format("  {:<12} iteration {:.3f} s (compute {:.3f} s): {:.2f}× slower\n", name,
+                             b.iteration_seconds, b.compute_seconds, b.iteration_seconds / plan.iteration_seconds);
+  }
+  std::cout << fmt::format("  planned in {:.3f} s\n", plan.planner_seconds);
+}
+
+}  // namespace
+
+std::function<void()> add_multitask_command(CLI::App& app) {
+  auto o = std::make_shared<MultitaskOptions>();
+  CLI::App* cmd = app.add_subcommand("multitask", "Plan a multi-task model's iteration in waves (Spindle)");
+  cmd->add_option("--tasks", o->tasks, "A task preset (multitask-clip-10, qwen-val, ...) or a task graph file")->required();
+  cmd->add_option("--cluster", o->cluster, "A preset (a800:32) or a cluster file")->required();
+  cmd->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 | fp8")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print the plan as JSON");
+  return [o] { run(*o); };
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,196 @@
+// The task-graph presets of the Spindle comparison (reference/spindle.md §11, the paper's Table 1b), with every
+// shape and batch the paper leaves open taken from the public model it names, and the source beside it.
+#include <fmt/format.h>
+
+#include <functional>
+#include <map>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/model/model_builders.h"
+#include "fulcrum/model/task_graph.h"
+
+namespace fulcrum {
+namespace {
+
+// A transformer over one modality's patches: ImageBind's per-modality encoders (a patch embedding, pre-norm
+// blocks with GELU MLPs of 4× the width, a final norm). `tokens` is the sequence one item makes, class token
+// included; `in_features` what one patch holds.
+ComponentSpec patch_encoder(const std::string& name, int64_t layers, int64_t hidden, int64_t heads, int64_t tokens,
+                            int64_t in_features) {
+  VitShape s;
+  s.layers = layers;
+  s.hidden = hidden;
+  s.heads = heads;
+  s.ffn = 4 * hidden;
+  s.final_norm = true;
+  ComponentSpec c = vision_transformer(name, s);
+  c.layers.front().in_features = in_features;
+  c.layers.front().positions = tokens;
+  c.tokens_per_item = tokens;
+  return c;
+}
+
+// A text transformer as CLIP's: token embedding, pre-norm GELU blocks, final norm; no LM head.
+ComponentSpec text_encoder(const std::string& name, int64_t layers, int64_t hidden, int64_t heads, int64_t vocab,
+                           int64_t context) {
+  DecoderShape s;
+  s.layers = layers;
+  s.hidden = hidden;
+  s.heads = heads;
+  s.ffn = 4 * hidden;
+  s.vocab = vocab;
+  s.mlp = MlpKind::kGelu;
+  s.norm = NormKind::kLayerNorm;
+  s.qkv_bias = true;
+  s.linear_bias = true;
+  ComponentSpec c = decoder_llm(name, s);
+  c.layers.pop_back();  // the LM head: CLIP's text tower ends at its final norm
+  c.role = ComponentRole::kEncoder;
+  c.tokens_per_item = context;
+  return c;
+}
+
+// Multitask-CLIP, "with the ImageBind structure" (Table 1b: 1.20B parameters, 6 modalities, 10 tasks, each task
+// two encoders under a contrastive loss). The encoders are ImageBind-Huge's (Girdhar et al., CVPR 2023, and its
+// released imagebind_huge configuration):
+//   vision   ViT-H/14: 32 blocks, width 1280, 16 heads, 224-px images → 256 patches + class token = 257 tokens
+//   text     OpenCLIP ViT-H text tower: 24 blocks, width 1024, 16 heads, vocabulary 49,408, context 77 tokens
+//   audio    ViT-B: 12 blocks, width 768, 12 heads; 128 mel bins × 204 frames in 16×16 patches at stride 10
+//            → 12 × 19 = 228 patches + class token = 229 tokens, one channel (256 values a patch)
+//   depth    ViT-S: 12 blocks, width 384, 8 heads, 224-px single-channel images in 16-px patches → 197 tokens
+//   thermal  ViT-B: 12 blocks, width 768, 12 heads, 224-px single-channel images in 16-px patches → 197 tokens
+//   imu      6 blocks, width 512, 8 heads; 2,000 samples × 6 channels in windows of 8 → 250 + 1 = 251 tokens
+// Together 1.19B parameters (the paper: 1.20B). The contrastive loss and ImageBind's small projection heads are
+// left out (they cost nothing next to the towers).
+// Tasks. The paper names neither the ten modality pairs nor their batches. ImageBind binds every modality to
+// images, which gives five pairs; the other five pair text with the non-image modalities and audio with IMU:
+//   1 vision-text  2 vision-audio  3 vision-depth  4 vision-thermal  5 vision-imu
+//   6 text-audio   7 text-depth    8 text-thermal  9 text-imu       10 audio-imu
+// multitask-clip-7 is tasks 1–7 and multitask-clip-4 tasks 1–4. Every task trains 256 pairs an iteration (a
+// choice: with equal batches the heterogeneity is the towers' own, as in the paper's Fig. 3 and 4).
+ModelSpec imagebind_huge() {
+  ModelSpec m;
+  m.name = "imagebind-huge";
+  m.components.push_back(patch_encoder("vision", 32, 1280, 16, 257, 3 * 14 * 14));
+  m.components.push_back(text_encoder("text", 24, 1024, 16, 49408, 77));
+  m.components.push_back(patch_encoder("audio", 12, 768, 12, 229, 16 * 16));
+  m.components.push_back(patch_encoder("depth", 12, 384, 8, 197, 16 * 16));
+  m.components.push_back(patch_encoder("thermal", 12, 768, 12, 197, 16 * 16));
+  m.components.push_back(patch_encoder("imu", 6, 512, 8, 251, 6 * 8));
+  return m;
+}
+
+TaskGraph multitask_clip(const std::string& name, int tasks) {
+  static const std::pair<const char*, const char*> kPairs[] = {
+      {"vision", "text"},  {"vision", "audio"}, {"vision", "depth"}, {"vision", "thermal"}, {"vision", "imu"},
+      {"text", "audio"},   {"text", "depth"},   {"text", "thermal"}, {"text", "imu"},      {"audio", "imu"}};
+  TaskGraph g;
+  g.name = name;
+  ModelSpec all = imagebind_huge();
+  // Only the components the chosen tasks run.
+  std::vector<bool> used(all.components.size(), false);
+  for (int t = 0; t < tasks; ++t) {
+    used[all.find(kPairs[t].first) - all.components.data()] = true;
+    used[all.find(kPairs[t].second) - all.components.data()] = true;
+  }
+  g.model.name = all.name;
+  for (size_t c = 0; c < all.components.size(); ++c) {
+    if (used[c]) g.model.components.push_back(all.components[c]);
+  }
+  for (int t = 0; t < tasks; ++t) {
+    Task task;
+    task.name = fmt::format("{}-{}", kPairs[t].first, kPairs[t].second);
+    task.batch = 256;
+    for (const char* modality : {kPairs[t].first, kPairs[t].second}) {
+      const ComponentSpec* c = g.model.find(modality);
+      task.nodes.push_back({modality, static_cast<int>(c - g.model.components.data()), c->tokens_per_item, 1, {}});
+    }
+    g.tasks.push_back(std::move(task));
+  }
+  return g;
+}
+
+// QWen-VAL (Table 1b: 9.25B parameters; the QWen-VL and QWen-Audio encoders feeding the QWen LLM; vision-language,
+// audio-language and vision-audio-language tasks). Shapes from the released models:
+//   vision    QWen-VL's ViT-bigG/14 (Bai et al., 2023): 48 blocks, width 1664, 16 heads, MLP 8192, 448-px
+//             images → 1,024 patches (no class token)
+//   v-adapter QWen-VL's position-aware cross-attention resampler to 256 queries, taken as a projector from
+//             width 1664 to the LLM's 4096 on the 256 query tokens (its attention over the patches is left out)
+//   audio     QWen-Audio's Whisper-large-v2 encoder (Chu et al., 2023): 32 blocks, width 1280, 20 heads, MLP
+//             5120, 30 s of audio → 1,500 frames (the 2× convolution stem taken as a patch embedding)
+//   a-adapter the pooling and linear to the LLM's width, as a projector on 750 tokens
+//   llm       Qwen-7B: 32 blocks, width 4096, 32 heads, SwiGLU MLP 11008, vocabulary 151,936
+// Together 10.1B parameters against the paper's 9.25B (the paper does not say which parts it counts).
+// Tasks and batches (the paper gives neither): every sample carries 512 text tokens; a VL sample adds its image's
+// 256 tokens, an AL sample its clip's 750, a VAL sample both (1,518 LLM tokens). Batches 128 (VL), 64 (AL) and
+// 32 (VAL) samples an iteration: image-text data is the most plentiful, as in QWen-VL's pre-training mix.
+TaskGraph qwen_val(const std::string& name) {
+  TaskGraph g;
+  g.name = name;
+  g.model.name = "qwen-val";
+  VitShape v;
+  v.layers = 48;
+  v.hidden = 1664;
+  v.heads = 16;
+  v.ffn = 8192;
+  v.image_pixels = 448;
+  v.patch_pixels = 14;
+  v.class_token = false;
+  g.model.components.push_back(vision_transformer("vision", v));
+  g.model.components.push_back(mlp_projector("v-adapter", {1664, 4096, 4096, 2, NormKind::kLayerNorm, true}));
+  g.model.components.push_back(patch_encoder("audio", 32, 1280, 20, 1500, 80 * 3 * 2));
+  g.model.components.push_back(mlp_projector("a-adapter", {1280, 4096, 4096, 2, NormKind::kLayerNorm, true}));
+  DecoderShape q;
+  q.layers = 32;
+  q.hidden = 4096;
+  q.heads = 32;
+  q.ffn = 11008;
+  q.vocab = 151936;
+  q.qkv_bias = true;
+  g.model.components.push_back(decoder_llm("llm", q));
+  for (ComponentSpec& c : g.model.components) {
+    if (c.name.ends_with("adapter")) c.role = ComponentRole::kProjector;
+  }
+  const int vision = 0, v_adapter = 1, audio = 2, a_adapter = 3, llm = 4;
+  Task vl{"vision-language", 128, 1, {}};
+  vl.nodes = {{"vision", vision, 1024, 1, {}}, {"v-adapter", v_adapter, 256, 1, {0}}, {"llm", llm, 512 + 256, 1, {1}}};
+  Task al{"audio-language", 64, 1, {}};
+  al.nodes = {{"audio", audio, 1500, 1, {}}, {"a-adapter", a_adapter, 750, 1, {0}}, {"llm", llm, 512 + 750, 1, {1}}};
+  Task val{"vision-audio-language", 32, 1, {}};
+  val.nodes = {{"vision", vision, 1024, 1, {}},
+               {"v-adapter", v_adapter, 256, 1, {0}},
+               {"audio", audio, 1500, 1, {}},
+               {"a-adapter", a_adapter, 750, 1, {2}},
+               {"llm", llm, 512 + 256 + 750, 1, {1, 3}}};
+  g.tasks = {vl, al, val};
+  return g;
+}
+
+using Builder = std::function<TaskGraph(const std::string&)>;
+
+const std::vector<std::pair<std::string, Builder>>& presets() {
+  static const auto* table = new std::vector<std::pair<std::string, Builder>>{
+      {"multitask-clip-10", [](const std::string& n) { return multitask_clip(n, 10); }},
+      {"multitask-clip-7", [](const std::string& n) { return multitask_clip(n, 7); }},
+      {"multitask-clip-4", [](const std::string& n) { return multitask_clip(n, 4); }},
+      {"qwen-val", [](const std::string& n) { return qwen_val(n); }},
+  };
+  return *table;
+}
+
+}  // namespace
+
+std::vector<std::string> task_graph_preset_names() {
+  std::vector<std::string> out;
+  for (const auto& [name, build] : presets()) out.push_back(name);
+  return out;
+}
+
+TaskGraph task_graph_preset(std::string_view name) {
+  for (const auto& [preset, build] : presets()) {
+    if (preset == name) return build(preset);
+  }
+  throw InputError(fmt::format("unknown task preset '{}': use {}", name, fmt::join(task_graph_preset_names(), ", ")));
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,63 @@
+#ifndef FULCRUM_PLAN_SCALABILITY_CURVE_H_
+#define FULCRUM_PLAN_SCALABILITY_CURVE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "fulcrum/cost/cost_model.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/plan/metaop_graph.h"
+
+namespace fulcrum {
+
+// A MetaOp's scalability curve T_m(n) (reference/spindle.md §5): the seconds one of its operators takes,
+// forward and backward over the iteration's micro-batches, on each valid device count n. Only valid counts
+// are points: n = data parallelism × tensor parallelism, the data parallelism dividing the micro-batch's
+// sequences and the tensor parallelism the layer's heads, inside one node. A count no faster than a smaller
+// one is not a point either: every curve falls strictly, which the allocation relies on.
+struct CurvePoint {
+  int devices = 1;
+  double seconds = 0;
+  int dp = 1;  // how the count is used
+  int tp = 1;
+};
+
+class ScalabilityCurve {
+ public:
+  ScalabilityCurve() = default;
+  // Points in increasing device count with strictly falling seconds, the first on 1 device.
+  // InputError otherwise.
+  explicit ScalabilityCurve(std::vector<CurvePoint> points);
+
+  const std::vector<CurvePoint>& points() const { return points_; }
+  // The point of exactly `devices`, or nullptr when it is not valid.
+  const CurvePoint* at(int devices) const;
+  // The most devices a point has up to `limit` (the fastest), or nullptr when none fits.
+  const CurvePoint* largest_within(int limit) const;
+  // The next valid count after `devices`, or nullptr.
+  const CurvePoint* next_after(int devices) const;
+
+  // The points on the upper concave envelope of speed 1 / T(n) over n, from the origin: in the continuous
+  // relaxation a count between two of them runs as time-sharing between them, so points under the envelope are
+  // never worth their devices there. Indices into points(), increasing.
+  const std::vector<int>& envelope() const { return envelope_; }
+
+  // The devices that take `seconds` per operator in the relaxation (eq. 11 with the speed interpolated, which
+  // is exact for linear scaling and makes C* a true lower bound): between neighbouring envelope points, speed
+  // linear in the devices; below the first, the busy share of its devices, n₁ · T(n₁) / seconds; +infinity when
+  // even the fastest count is slower than `seconds`.
+  double devices_for(double seconds) const;
+
+ private:
+  std::vector<CurvePoint> points_;
+  std::vector<int> envelope_;
+};
+
+// T_m(n) from the cost model for n up to `max_devices`: every (dp, tp) split, the fastest kept for each n.
+// A trained component's operators run forward and backward; a frozen one's forward only.
+ScalabilityCurve metaop_curve(const MetaOp& op, const ComponentSpec& component, const CostModel& cost,
+                              const ClusterSpec& cluster, int max_devices, Dtype dtype = Dtype::kBf16);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PLAN_SCALABILITY_CURVE_H_

@@ -1,0 +1,343 @@
+#include "fulcrum/plan/spindle.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/cost/dtype.h"
+
+namespace fulcrum {
+namespace {
+
+void check_inputs(const MultitaskInputs& in) {
+  if (!in.graph || !in.cluster || !in.cost) throw InputError("multi-task planning needs tasks, a cluster and a cost model");
+  if (in.cluster->devices < 1) throw InputError("the cluster has no devices");
+  if (in.cluster->devices > (int64_t{1} << 20)) throw InputError("more than 1,048,576 devices");
+}
+
+int device_count(const MultitaskInputs& in) { return static_cast<int>(in.cluster->devices); }
+
+// The curve of every MetaOp; MetaOps of the same shape, batch and component share one.
+std::vector<ScalabilityCurve> curves_of(const MultitaskInputs& in, const MetaGraph& g) {
+  std::vector<ScalabilityCurve> out;
+  out.reserve(g.ops.size());
+  for (size_t m = 0; m < g.ops.size(); ++m) {
+    const MetaOp& op = g.ops[m];
+    bool shared = false;
+    for (size_t k = 0; k < m && !shared; ++k) {
+      const MetaOp& o = g.ops[k];
+      if (o.component == op.component && o.layer == op.layer && o.sequences == op.sequences && o.tokens == op.tokens &&
+          o.micro_batches == op.micro_batches) {
+        out.push_back(out[k]);
+        shared = true;
+      }
+    }
+    if (shared) continue;
+    try {
+      out.push_back(metaop_curve(op, in.graph->model.components[op.component], *in.cost, *in.cluster,
+                                 device_count(in), in.dtype));
+    } catch (const InputError& e) {
+      const Task& task = in.graph->tasks[op.task];
+      throw InputError(fmt::format("task '{}' node '{}': {}", task.name, task.nodes[op.node].name, e.what()));
+    }
+  }
+  return out;
+}
+
+// The levels' waves from `now` on, for the MetaOps `wanted` selects; appends to `plan.levels` and `plan.waves`.
+double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curves, int devices,
+                   const std::vector<bool>& wanted, double now, MultitaskPlan& plan) {
+  for (size_t level = 0; level < g.levels.size(); ++level) {
+    LevelPlan lp;
+    std::vector<LevelOp> ops;
+    for (int m : g.levels[level]) {
+      if (!wanted[m]) continue;
+      lp.metaops.push_back(m);
+      ops.push_back({&curves[m], g.ops[m].layers});
+    }
+    if (ops.empty()) continue;
+    lp.relaxation = relax_level(ops, devices);
+    lp.parts = bipoint(ops, lp.relaxation);
+    for (const Wave& w : wavefront(ops, lp.parts, devices, now)) {
+      PlannedWave pw;
+      pw.level = static_cast<int>(level);
+      pw.start_seconds = w.start_seconds;
+      pw.seconds = w.seconds;
+      for (const WaveSlice& s : w.slices) {
+        PlacedSlice ps;
+        ps.metaop = lp.metaops[s.op];
+        ps.devices = s.devices;
+        ps.first_layer = s.first_layer;
+        ps.layers = s.layers;
+        ps.seconds = s.seconds;
+        const CurvePoint* point = curves[ps.metaop].at(s.devices);
+        ps.dp = point->dp;
+        ps.tp = point->tp;
+        pw.slices.push_back(std::move(ps));
+      }
+      now = w.start_seconds + w.seconds;
+      plan.waves.push_back(std::move(pw));
+    }
+    plan.lower_bound_seconds += lp.relaxation.makespan_seconds;
+    plan.levels.push_back(std::move(lp));
+  }
+  return now;
+}
+
+// Devices for each slice of each wave: the largest slices first; a block of consecutive free devices inside one
+// node when the slice fits in one, the block sharing the most devices with where the MetaOp (or, for its first
+// slice, its inputs) last ran, so that activations stay put; the first free devices when no block is free.
+void place(const MetaGraph& g, int devices, int per_node, std::vector<PlannedWave>& waves) {
+  std::vector<std::vector<int>> last_devices(g.ops.size());
+  for (PlannedWave& wave : waves) {
+    std::vector<char> free(devices, 1);
+    std::vector<size_t> order(wave.slices.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return wave.slices[a].devices > wave.slices[b].devices; });
+    for (size_t i : order) {
+      PlacedSlice& s = wave.slices[i];
+      std::vector<char> wanted(devices, 0);
+      const MetaOp& op = g.ops[s.metaop];
+      if (!last_devices[s.metaop].empty()) {
+        for (int d : last_devices[s.metaop]) wanted[d] = 1;
+      } else {
+        for (int input : op.inputs) {
+          for (int d : last_devices[input]) wanted[d] = 1;
+        }
+      }
+      // Prefix sums of free and wanted devices: every block is scored in O(1).
+      std::vector<int> free_before(devices + 1, 0), wanted_before(devices + 1, 0);
+      for (int d = 0; d < devices; ++d) {
+        free_before[d + 1] = free_before[d] + free[d];
+        wanted_before[d + 1] = wanted_before[d] + (free[d] && wanted[d]);
+      }
+      int best = -1, best_score = -1;
+      bool best_in_node = false;
+      for (int start = 0; start + s.devices <= devices; ++start) {
+        const int end = start + s.devices;
+        if (free_before[end] - free_before[start] != s.devices) continue;
+        const bool in_node = start / per_node == (end - 1) / per_node;
+        const int score = wanted_before[end] - wanted_before[start];
+        // In one node beats across nodes (when the slice fits in one); then more devices shared; then first.
+        const bool better = best < 0 || (in_node && !best_in_node && s.devices <= per_node) ||
+                            (in_node == best_in_node && score > best_score);
+        if (better) {
+          best = start;
+          best_score = score;
+          best_in_node = in_node;
+        }
+      }
+      s.device_ids.clear();
+      if (best >= 0) {
+        for (int d = best; d < best + s.devices; ++d) s.device_ids.push_back(d);
+      } else {
+        for (int d = 0; d < devices && static_cast<int>(s.device_ids.size()) < s.devices; ++d) {
+          if (free[d]) s.device_ids.push_back(d);
+        }
+      }
+      for (int d : s.device_ids) free[d] = 0;
+      last_devices[s.metaop] = s.device_ids;
+    }
+  }
+}
+
+DeviceGroupShape group_shape(const std::vector<int>& ids, int per_node) {
+  const bool one_node = !ids.empty() && ids.front() / per_node == ids.back() / per_node;
+  return {static_cast<int64_t>(ids.size()), one_node ? 1 : per_node};
+}
+
+// The gradient all-reduce of every set of parameters over the devices that hold it, pooled by device set; and the
+// busiest device's total.
+double gradient_sync(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves,
+                     std::vector<SyncGroup>* groups_out) {
+  const ModelSpec& model = in.graph->model;
+  const int per_node = std::max(1, in.cluster->device.devices_per_node);
+  const double element = activation_element_bytes(in.dtype);
+  // (component, layer) → devices holding it.
+  std::map<std::pair<int, int>, std::vector<int>> holders;
+  for (const PlannedWave& w : waves) {
+    for (const PlacedSlice& s : w.slices) {
+      const MetaOp& op = g.ops[s.metaop];
+      for (int64_t l = 0; l < s.layers; ++l) {
+        auto& ids = holders[{op.component, static_cast<int>(op.first_layer + s.first_layer + l)}];
+        ids.insert(ids.end(), s.device_ids.begin(), s.device_ids.end());
+      }
+    }
+  }
+  std::map<std::vector<int>, double> pools;
+  for (auto& [key, ids] : holders) {
+    const ComponentSpec& c = model.components[key.first];
+    if (!c.trainable) continue;
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    pools[ids] += element * static_cast<double>(c.layers[key.second].parameters());
+  }
+  std::vector<double> per_device(static_cast<size_t>(device_count(in)), 0);
+  std::vector<SyncGroup> groups;
+  for (const auto& [ids, bytes] : pools) {
+    SyncGroup group{ids, bytes, 0};
+    if (ids.size() > 1 && bytes > 0) {
+      group.seconds = collective_seconds(CollectiveOp::kAllReduce, bytes, *in.cluster, in.efficiency,
+                                         group_shape(ids, per_node));
+    }
+    for (int d : ids) per_device[d] += group.seconds;
+    groups.push_back(std::move(group));
+  }
+  if (groups_out) *groups_out = std::move(groups);
+  return per_device.empty() ? 0 : *std::max_element(per_device.begin(), per_device.end());
+}
+
+// Activations into each wave from where they were made, forward and their gradients back: at each wave's start,
+// the slowest of its incoming flows, the flow split over the pairs of producing and consuming devices.
+double transfers(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves) {
+  const int per_node = std::max(1, in.cluster->device.devices_per_node);
+  const double element = activation_element_bytes(in.dtype);
+  std::vector<const PlacedSlice*> last(g.ops.size(), nullptr);
+  double total = 0;
+  for (const PlannedWave& w : waves) {
+    double wave_in = 0;
+    for (const PlacedSlice& s : w.slices) {
+      const MetaOp& op = g.ops[s.metaop];
+      std::vector<std::pair<const PlacedSlice*, const MetaOp*>> sources;
+      if (last[s.metaop]) {
+        sources.push_back({last[s.metaop], &op});
+      } else {
+        for (int input : op.inputs) sources.push_back({last[input], &g.ops[input]});
+      }
+      for (const auto& [from, producer] : sources) {
+        if (!from || from->device_ids == s.device_ids) continue;
+        const double bytes = element * static_cast<double>(producer->micro_batches * producer->sequences *
+                                                           producer->tokens * producer->layer.hidden);
+        const double pairs = static_cast<double>(std::min(from->devices, s.devices));
+        const bool same_node = from->device_ids.front() / per_node == s.device_ids.back() / per_node &&
+                               s.device_ids.front() / per_node == from->device_ids.back() / per_node;
+        wave_in = std::max(wave_in, 2 * p2p_seconds(bytes / pairs, *in.cluster, in.efficiency, same_node ? 1 : per_node));
+      }
+    }
+    total += wave_in;
+    for (const PlacedSlice& s : w.slices) last[s.metaop] = &s;
+  }
+  return total;
+}
+
+}  // namespace
+
+MultitaskPlan plan_multitask(const MultitaskInputs& in) {
+  check_inputs(in);
+  const auto started = std::chrono::steady_clock::now();
+  MultitaskPlan plan;
+  plan.graph = contract(*in.graph);
+  plan.curves = curves_of(in, plan.graph);
+  const int devices = device_count(in);
+  plan.compute_seconds =
+      plan_levels(plan.graph, plan.curves, devices, std::vector<bool>(plan.graph.ops.size(), true), 0.0, plan);
+  place(plan.graph, devices, std::max(1, in.cluster->device.devices_per_node), plan.waves);
+  plan.gradient_sync_seconds = gradient_sync(in, plan.graph, plan.waves, &plan.sync_groups);
+  plan.transfer_seconds = transfers(in, plan.graph, plan.waves);
+  plan.iteration_seconds = plan.compute_seconds + plan.transfer_seconds + plan.gradient_sync_seconds;
+  plan.planner_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return plan;
+}
+
+MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const MultitaskPlan& plan) {
+  check_inputs(in);
+  const MetaGraph& g = plan.graph;
+  const int devices = device_count(in);
+  const int per_node = std::max(1, in.cluster->device.devices_per_node);
+  const double element = activation_element_bytes(in.dtype);
+  const ModelSpec& model = in.graph->model;
+  auto sync_over = [&](const std::vector<std::vector<int>>& holders) {
+    // Each trained component's gradients over the devices holding it, one component after another.
+    double seconds = 0;
+    for (size_t c = 0; c < model.components.size(); ++c) {
+      if (!model.components[c].trainable || holders[c].size() < 2) continue;
+      seconds += collective_seconds(CollectiveOp::kAllReduce, element * static_cast<double>(model.components[c].parameters()),
+                                    *in.cluster, in.efficiency, group_shape(holders[c], per_node));
+    }
+    return seconds;
+  };
+  std::vector<int> everyone(devices);
+  for (int d = 0; d < devices; ++d) everyone[d] = d;
+  const std::vector<std::vector<int>> all_hold(model.components.size(), everyone);
+  MultitaskBaselines out;
+
+  // Sequential: every MetaOp on all the devices it can use.
+  for (size_t m = 0; m < g.ops.size(); ++m) {
+    out.sequential.compute_seconds +=
+        static_cast<double>(g.ops[m].layers) * plan.curves[m].largest_within(devices)->seconds;
+  }
+  out.sequential.gradient_sync_seconds = sync_over(all_hold);
+
+  // Per task: each task alone, planned as Spindle plans, on all the devices.
+  double now = 0;
+  for (size_t t = 0; t < in.graph->tasks.size(); ++t) {
+    std::vector<bool> wanted(g.ops.size(), false);
+    for (size_t m = 0; m < g.ops.size(); ++m) wanted[m] = g.ops[m].task == static_cast<int>(t);
+    MultitaskPlan alone;
+    now = plan_levels(g, plan.curves, devices, wanted, now, alone);
+  }
+  out.per_task.compute_seconds = now;
+  out.per_task.gradient_sync_seconds = out.sequential.gradient_sync_seconds;
+
+  // Task-greedy: every task on its own devices, grown one valid step at a time by marginal gain.
+  const int tasks = static_cast<int>(in.graph->tasks.size());
+  auto task_seconds = [&](int t, int n) {
+    double s = 0;
+    for (size_t m = 0; m < g.ops.size(); ++m) {
+      if (g.ops[m].task != t) continue;
+      const CurvePoint* p = plan.curves[m].largest_within(n);
+      s += static_cast<double>(g.ops[m].layers) * p->seconds;
+    }
+    return s;
+  };
+  if (tasks <= devices) {
+    std::vector<int> given(tasks, 1);
+    int used = tasks;
+    while (true) {
+      int best = -1, best_next = 0;
+      double best_gain = 0;
+      for (int t = 0; t < tasks; ++t) {
+        const double now_t = task_seconds(t, given[t]);
+        for (int next = given[t] + 1; next <= given[t] + (devices - used); ++next) {
+          const double then = task_seconds(t, next);
+          if (then >= now_t) continue;
+          const double gain = (now_t - then) / static_cast<double>(next - given[t]);
+          if (gain > best_gain) {
+            best = t;
+            best_next = next;
+            best_gain = gain;
+          }
+          break;  // the next count at which the task gets faster
+        }
+      }
+      if (best < 0) break;
+      used += best_next - given[best];
+      given[best] = best_next;
+    }
+    std::vector<std::vector<int>> holders(model.components.size());
+    int first = 0;
+    for (int t = 0; t < tasks; ++t) {
+      out.task_greedy.compute_seconds = std::max(out.task_greedy.compute_seconds, task_seconds(t, given[t]));
+      for (const TaskNode& node : in.graph->tasks[t].nodes) {
+        for (int d = first; d < first + given[t]; ++d) holders[node.component].push_back(d);
+      }
+      first += given[t];
+    }
+    out.task_greedy.gradient_sync_seconds = sync_over(holders);
+  } else {
+    out.task_greedy.compute_seconds = std::numeric_limits<double>::infinity();  // a device per task is needed
+  }
+  for (BaselineTimes* b : {&out.sequential, &out.per_task, &out.task_greedy}) {
+    b->iteration_seconds = b->compute_seconds + b->gradient_sync_seconds;
+  }
+  return out;
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,102 @@
+#ifndef FULCRUM_PLAN_SPINDLE_H_
+#define FULCRUM_PLAN_SPINDLE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/cost/cost_model.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/model/task_graph.h"
+#include "fulcrum/plan/level_allocation.h"
+#include "fulcrum/plan/metaop_graph.h"
+#include "fulcrum/plan/scalability_curve.h"
+#include "fulcrum/plan/wavefront.h"
+
+namespace fulcrum {
+
+// Spindle end to end (reference/spindle.md): a multi-task model's MetaOps, their scalability curves, each level's
+// devices allocated by the relaxation and the bi-point discretisation, the level's slices packed into waves, the
+// waves placed on devices, and the gradient synchronisation of shared parameters group by group.
+
+struct MultitaskInputs {
+  const TaskGraph* graph = nullptr;
+  const ClusterSpec* cluster = nullptr;
+  const CostModel* cost = nullptr;
+  DeviceEfficiency efficiency;
+  Dtype dtype = Dtype::kBf16;
+};
+
+// A wave's slice on the cluster, with the MetaOp it belongs to.
+struct PlacedSlice {
+  int metaop = 0;
+  int devices = 0;
+  int64_t first_layer = 0;  // of the MetaOp's operators
+  int64_t layers = 0;
+  double seconds = 0;
+  int dp = 1;  // how its devices are used
+  int tp = 1;
+  std::vector<int> device_ids;  // sorted
+};
+
+struct PlannedWave {
+  int level = 0;
+  double start_seconds = 0;
+  double seconds = 0;
+  std::vector<PlacedSlice> slices;
+};
+
+// The devices that hold copies of a set of parameters: their gradients are all-reduced over the group.
+struct SyncGroup {
+  std::vector<int> device_ids;
+  double gradient_bytes = 0;  // per device: the parameters' gradients, in the training dtype's element size
+  double seconds = 0;         // the all-reduce
+};
+
+struct LevelPlan {
+  std::vector<int> metaops;   // of the MetaGraph
+  Relaxation relaxation;      // n* per MetaOp in `metaops`' order, and C*
+  std::vector<LevelPart> parts;
+};
+
+struct MultitaskPlan {
+  MetaGraph graph;
+  std::vector<ScalabilityCurve> curves;  // per MetaOp
+  std::vector<LevelPlan> levels;
+  std::vector<PlannedWave> waves;
+  std::vector<SyncGroup> sync_groups;
+  double compute_seconds = 0;         // the waves' makespan
+  double lower_bound_seconds = 0;     // Σ over levels of C*: the compute makespan's relaxation bound
+  double transfer_seconds = 0;        // activations moved between waves, at the boundaries
+  double gradient_sync_seconds = 0;   // the busiest device's share of the group all-reduces
+  double iteration_seconds = 0;       // compute + transfers + gradient synchronisation
+  double planner_seconds = 0;         // curves, levels, waves, placement (wall time)
+};
+
+// InputError when an input is missing, the cluster has fewer devices than one, or a MetaOp has no valid count.
+MultitaskPlan plan_multitask(const MultitaskInputs& in);
+
+// The systems Spindle is compared with, on the same curves and cost model (compute, plus the same estimates of
+// gradient synchronisation):
+//   sequential   every MetaOp on all the devices, one after another (Megatron-LM and DeepSpeed running the
+//                sub-models in turn), each at its fastest valid count
+//   per_task     the tasks one after another, each planned alone as above on all the devices (DistMM applied
+//                per task: the devices divided among one task's towers)
+//   task_greedy  every task at once on its own devices, given one valid step at a time to the task with the
+//                best marginal gain (T(n) − T(n')) / (n' − n); each task's MetaOps run in turn on its devices
+struct BaselineTimes {
+  double compute_seconds = 0;
+  double gradient_sync_seconds = 0;
+  double iteration_seconds = 0;
+};
+struct MultitaskBaselines {
+  BaselineTimes sequential;
+  BaselineTimes per_task;
+  BaselineTimes task_greedy;
+};
+MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const MultitaskPlan& plan);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PLAN_SPINDLE_H_

@@ -1,0 +1,118 @@
+#include "fulcrum/plan/spindle.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/analytic_cost.h"
+
+namespace fulcrum {
+namespace {
+
+// Two tasks over shared towers: a vision-language task (two images a sample into the LLM) and a CLIP task.
+TaskGraph two_tasks() {
+  return task_graph_from_json(R"({"fulcrum": 1, "kind": "tasks", "name": "two",
+  "model": {"fulcrum": 1, "name": "towers", "components": [
+    {"name": "vision", "role": "encoder", "layers": [{"kind": "transformer", "repeat": 4, "hidden": 1024, "ffn": 4096, "heads": 16}]},
+    {"name": "text", "role": "encoder", "layers": [{"kind": "transformer", "repeat": 2, "hidden": 512, "ffn": 2048, "heads": 8}]},
+    {"name": "llm", "role": "llm", "layers": [{"kind": "transformer", "repeat": 3, "hidden": 2048, "ffn": 8192, "heads": 16}]}]},
+  "tasks": [
+    {"name": "vl", "batch": 64, "nodes": [
+      {"name": "image", "component": "vision", "tokens": 257, "items_per_sample": 2},
+      {"name": "llm", "component": "llm", "tokens": 1024, "inputs": ["image"]}]},
+    {"name": "clip", "batch": 128, "nodes": [
+      {"name": "image", "component": "vision", "tokens": 257},
+      {"name": "caption", "component": "text", "tokens": 77}]}]})",
+                              "two.json");
+}
+
+TEST(MetaGraph, ContractsChainsOfIdenticalOperatorsAndLayersByLongestPath) {
+  const MetaGraph g = contract(two_tasks());
+  EXPECT_EQ(g.operators, 4 + 3 + 4 + 2);
+  ASSERT_EQ(g.ops.size(), 4u);
+  EXPECT_EQ(g.ops[0].layers, 4);  // vl's image tower
+  EXPECT_EQ(g.ops[0].sequences, 128);  // 64 samples × 2 images
+  EXPECT_EQ(g.ops[1].layers, 3);  // vl's LLM, after it
+  EXPECT_EQ(g.ops[1].inputs, std::vector<int>{0});
+  EXPECT_EQ(g.ops[2].layers, 4);  // clip's image tower: its own MetaOp (another task, another input size)
+  EXPECT_EQ(g.ops[3].layers, 2);
+  ASSERT_EQ(g.levels.size(), 2u);
+  EXPECT_EQ(g.levels[0], (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(g.levels[1], (std::vector<int>{1}));
+}
+
+// A diamond a → b, a → c, b → c: breadth-first depth would put b and c on one level although b feeds c.
+TEST(MetaGraph, LongestPathLevelsKeepALevelIndependent) {
+  TaskGraph g = two_tasks();
+  Task& vl = g.tasks[0];
+  vl.nodes.push_back({"side", 1, 77, 1, {0}});  // text tower after the image tower
+  vl.nodes[1].inputs = {0, 2};                  // the LLM after both
+  const MetaGraph m = contract(g);
+  std::map<int, int> level_of_node;
+  for (const MetaOp& op : m.ops) {
+    if (op.task == 0) level_of_node[op.node] = op.level;
+  }
+  EXPECT_EQ(level_of_node[0], 0);
+  EXPECT_EQ(level_of_node[2], 1);
+  EXPECT_EQ(level_of_node[1], 2);
+}
+
+TEST(Spindle, PlansWavesThatCoverEveryOperatorOnDisjointDevices) {
+  const TaskGraph graph = two_tasks();
+  for (const char* preset : {"a800:8", "a800:16", "a800:5"}) {
+    const ClusterSpec cluster = cluster_preset(preset);
+    const AnalyticCost cost(cluster);
+    MultitaskInputs in{&graph, &cluster, &cost, cost.efficiency()};
+    const MultitaskPlan plan = plan_multitask(in);
+    std::vector<int64_t> next(plan.graph.ops.size(), 0);
+    double previous_end = 0;
+    int last_level = 0;
+    for (const PlannedWave& w : plan.waves) {
+      EXPECT_GE(w.level, last_level) << "levels run in order";
+      last_level = w.level;
+      EXPECT_NEAR(w.start_seconds, previous_end, 1e-12);
+      previous_end = w.start_seconds + w.seconds;
+      std::set<int> used;
+      for (const PlacedSlice& s : w.slices) {
+        EXPECT_EQ(static_cast<int>(s.device_ids.size()), s.devices);
+        for (int d : s.device_ids) {
+          EXPECT_GE(d, 0);
+          EXPECT_LT(d, cluster.devices);
+          EXPECT_TRUE(used.insert(d).second) << preset << ": device " << d << " twice in a wave";
+        }
+        EXPECT_EQ(s.dp * s.tp, s.devices);
+        EXPECT_EQ(s.first_layer, next[s.metaop]);
+        next[s.metaop] += s.layers;
+        // Every input of a MetaOp's first slice has finished in an earlier wave.
+        if (s.first_layer == 0) {
+          for (int input : plan.graph.ops[s.metaop].inputs) {
+            EXPECT_EQ(next[input], plan.graph.ops[input].layers) << "a MetaOp before its input";
+          }
+        }
+      }
+    }
+    for (size_t m = 0; m < plan.graph.ops.size(); ++m) EXPECT_EQ(next[m], plan.graph.ops[m].layers) << preset;
+    EXPECT_NEAR(plan.compute_seconds, previous_end, 1e-12);
+    // The relaxation bounds the compute makespan from below.
+    EXPECT_GE(plan.compute_seconds, plan.lower_bound_seconds * (1 - 1e-9)) << preset;
+    EXPECT_NEAR(plan.iteration_seconds, plan.compute_seconds + plan.transfer_seconds + plan.gradient_sync_seconds,
+                1e-12);
+    // Every trained layer's gradients are synchronised in exactly one group.
+    double synced = 0;
+    for (const SyncGroup& group : plan.sync_groups) synced += group.gradient_bytes;
+    EXPECT_NEAR(synced, 2.0 * static_cast<double>(graph.model.parameters()), 1.0);
+    const MultitaskBaselines base = multitask_baselines(in, plan);
+    EXPECT_GE(base.sequential.compute_seconds, plan.lower_bound_seconds * (1 - 1e-9));
+    EXPECT_GE(base.per_task.compute_seconds, plan.lower_bound_seconds * (1 - 1e-9));
+    EXPECT_GT(base.task_greedy.compute_seconds, 0);
+  }
+}
+
+TEST(Spindle, RefusesMissingInputs) {
+  EXPECT_THROW(plan_multitask({}), InputError);
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,89 @@
+#include "fulcrum/plan/wavefront.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "fulcrum/core/rng.h"
+
+namespace fulcrum {
+namespace {
+
+// A curve on the valid counts 1, 2, 4, 8, … up to `devices`, scaling with efficiency `e` per doubling.
+ScalabilityCurve doubling(double t1, double e, int devices) {
+  std::vector<CurvePoint> points{{1, t1, 1, 1}};
+  for (int n = 2; n <= devices; n *= 2) points.push_back({n, points.back().seconds / (2 * e), n, 1});
+  return ScalabilityCurve(points);
+}
+
+// Every wave fits the devices and keeps its slices apart; every op's operators run once, in order, one slice of
+// an op per wave; waves follow each other; the number of waves is at most the number of parts.
+TEST(Wavefront, EveryWaveRespectsCapacityAndEveryOperatorRunsOnce) {
+  Rng rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int devices = 1 << rng.below(6);
+    const int count = 1 + static_cast<int>(rng.below(7));
+    std::vector<ScalabilityCurve> curves;
+    for (int m = 0; m < count; ++m) {
+      curves.push_back(doubling(0.01 + 0.001 * static_cast<double>(rng.below(200)),
+                                0.55 + 0.45 * static_cast<double>(rng.below(1000)) / 1000.0, devices));
+    }
+    std::vector<LevelOp> ops;
+    for (int m = 0; m < count; ++m) ops.push_back({&curves[m], 1 + static_cast<int64_t>(rng.below(50))});
+    const std::vector<LevelPart> parts = bipoint(ops, relax_level(ops, devices));
+    const double start = 0.25;
+    const std::vector<Wave> waves = wavefront(ops, parts, devices, start);
+    ASSERT_LE(waves.size(), parts.size()) << "trial " << trial;
+    std::vector<int64_t> next(count, 0);
+    double at = start;
+    for (const Wave& w : waves) {
+      EXPECT_DOUBLE_EQ(w.start_seconds, at);
+      int used = 0;
+      std::set<int> ops_in_wave;
+      double longest = 0;
+      for (const WaveSlice& s : w.slices) {
+        used += s.devices;
+        EXPECT_TRUE(ops_in_wave.insert(s.op).second) << "two slices of one op in a wave";
+        EXPECT_NE(curves[s.op].at(s.devices), nullptr) << "a slice on an invalid count";
+        EXPECT_EQ(s.first_layer, next[s.op]) << "operators out of order";
+        EXPECT_GE(s.layers, 1);
+        EXPECT_NEAR(s.seconds, static_cast<double>(s.layers) * curves[s.op].at(s.devices)->seconds, 1e-12);
+        next[s.op] += s.layers;
+        longest = std::max(longest, s.seconds);
+      }
+      EXPECT_LE(used, devices) << "trial " << trial;
+      EXPECT_DOUBLE_EQ(w.seconds, longest);
+      at += w.seconds;
+    }
+    for (int m = 0; m < count; ++m) EXPECT_EQ(next[m], ops[m].layers) << "trial " << trial << " op " << m;
+  }
+}
+
+// Two ops that each want half the devices share every wave: the level takes its relaxed makespan.
+TEST(Wavefront, TwoEqualOpsShareTheDevices) {
+  const ScalabilityCurve c = doubling(1.0, 1.0, 8);  // linear: T(4) = 0.25
+  const std::vector<LevelOp> ops{{&c, 10}, {&c, 10}};
+  const Relaxation r = relax_level(ops, 8);
+  EXPECT_NEAR(r.makespan_seconds, 2.5, 1e-9);
+  const std::vector<Wave> waves = wavefront(ops, bipoint(ops, r), 8, 0);
+  ASSERT_EQ(waves.size(), 1u);
+  ASSERT_EQ(waves[0].slices.size(), 2u);
+  EXPECT_EQ(waves[0].slices[0].devices, 4);
+  EXPECT_EQ(waves[0].slices[1].devices, 4);
+  EXPECT_DOUBLE_EQ(waves[0].seconds, 2.5);
+}
+
+// Devices left idle by the proposal go to the op with the most time left (the extend step): one op alone on
+// a level whose bi-point part uses 2 of 4 devices runs on 4.
+TEST(Wavefront, IdleDevicesExtendTheLongestOp) {
+  const ScalabilityCurve c = doubling(1.0, 0.9, 4);
+  const std::vector<LevelOp> ops{{&c, 6}};
+  const std::vector<LevelPart> parts{{0, 2, 6}};
+  const std::vector<Wave> waves = wavefront(ops, parts, 4, 0);
+  ASSERT_EQ(waves.size(), 1u);
+  EXPECT_EQ(waves[0].slices[0].devices, 4);
+  EXPECT_EQ(waves[0].slices[0].layers, 6);
+}
+
+}  // namespace
+}  // namespace fulcrum
