@@ -297,20 +297,24 @@ MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const Multitas
     }
     return s;
   };
-  if (tasks <= devices) {
-    std::vector<int> given(tasks, 1);
-    int used = tasks;
+  // With more tasks than devices, tasks run in rounds of as many as there are devices, in their order.
+  std::vector<std::vector<int>> holders(model.components.size());
+  for (int round_first = 0; round_first < tasks; round_first += devices) {
+    const int round = std::min(devices, tasks - round_first);
+    std::vector<int> given(round, 1);
+    int used = round;
     while (true) {
       int best = -1, best_next = 0;
       double best_gain = 0;
-      for (int t = 0; t < tasks; ++t) {
-        const double now_t = task_seconds(t, given[t]);
-        for (int next = given[t] + 1; next <= given[t] + (devices - used); ++next) {
+      for (int k = 0; k < round; ++k) {
+        const int t = round_first + k;
+        const double now_t = task_seconds(t, given[k]);
+        for (int next = given[k] + 1; next <= given[k] + (devices - used); ++next) {
           const double then = task_seconds(t, next);
           if (then >= now_t) continue;
-          const double gain = (now_t - then) / static_cast<double>(next - given[t]);
+          const double gain = (now_t - then) / static_cast<double>(next - given[k]);
           if (gain > best_gain) {
-            best = t;
+            best = k;
             best_next = next;
             best_gain = gain;
           }
@@ -321,19 +325,22 @@ MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const Multitas
       used += best_next - given[best];
       given[best] = best_next;
     }
-    std::vector<std::vector<int>> holders(model.components.size());
+    double round_seconds = 0;
     int first = 0;
-    for (int t = 0; t < tasks; ++t) {
-      out.task_greedy.compute_seconds = std::max(out.task_greedy.compute_seconds, task_seconds(t, given[t]));
-      for (const TaskNode& node : in.graph->tasks[t].nodes) {
-        for (int d = first; d < first + given[t]; ++d) holders[node.component].push_back(d);
+    for (int k = 0; k < round; ++k) {
+      round_seconds = std::max(round_seconds, task_seconds(round_first + k, given[k]));
+      for (const TaskNode& node : in.graph->tasks[round_first + k].nodes) {
+        for (int d = first; d < first + given[k]; ++d) holders[node.component].push_back(d);
       }
-      first += given[t];
+      first += given[k];
     }
-    out.task_greedy.gradient_sync_seconds = sync_over(holders);
-  } else {
-    out.task_greedy.compute_seconds = std::numeric_limits<double>::infinity();  // a device per task is needed
+    out.task_greedy.compute_seconds += round_seconds;
   }
+  for (std::vector<int>& ids : holders) {
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  }
+  out.task_greedy.gradient_sync_seconds = sync_over(holders);
   for (BaselineTimes* b : {&out.sequential, &out.per_task, &out.task_greedy}) {
     b->iteration_seconds = b->compute_seconds + b->gradient_sync_seconds;
   }

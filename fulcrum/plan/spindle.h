@@ -85,6 +85,7 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in);
 //                per task: the devices divided among one task's towers)
 //   task_greedy  every task at once on its own devices, given one valid step at a time to the task with the
 //                best marginal gain (T(n) − T(n')) / (n' − n); each task's MetaOps run in turn on its devices
+//                (with more tasks than devices, in rounds of as many tasks as devices)
 struct BaselineTimes {
   double compute_seconds = 0;
   double gradient_sync_seconds = 0;

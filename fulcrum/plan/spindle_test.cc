@@ -110,6 +110,24 @@ TEST(Spindle, PlansWavesThatCoverEveryOperatorOnDisjointDevices) {
   }
 }
 
+// More tasks than devices: task-greedy runs them in rounds, here one task at a time on the one device.
+TEST(Spindle, TaskGreedyRunsRoundsWhenTasksOutnumberDevices) {
+  const TaskGraph graph = two_tasks();
+  const ClusterSpec cluster = cluster_preset("a800:1");
+  const AnalyticCost cost(cluster);
+  MultitaskInputs in{&graph, &cluster, &cost, cost.efficiency()};
+  const MultitaskPlan plan = plan_multitask(in);
+  double serial = 0;
+  for (size_t m = 0; m < plan.graph.ops.size(); ++m) {
+    serial += static_cast<double>(plan.graph.ops[m].layers) * plan.curves[m].at(1)->seconds;
+  }
+  const MultitaskBaselines base = multitask_baselines(in, plan);
+  EXPECT_NEAR(base.task_greedy.compute_seconds, serial, 1e-12 * serial);
+  EXPECT_NEAR(base.sequential.compute_seconds, serial, 1e-12 * serial);
+  EXPECT_NEAR(plan.compute_seconds, serial, 1e-12 * serial);
+  EXPECT_EQ(base.task_greedy.gradient_sync_seconds, 0);  // one device holds everything
+}
+
 TEST(Spindle, RefusesMissingInputs) {
   EXPECT_THROW(plan_multitask({}), InputError);
 }
