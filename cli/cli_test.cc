@@ -540,7 +540,17 @@ TEST_F(Cli, MultitaskPlansWavesAgainstTheBaselines) {
     EXPECT_LE(used.size(), 16u);
   }
   EXPECT_GE(j["timing"]["planner_seconds"].get<double>(), 0);
+  // The iteration is the simulator's run of the waves' schedule: never shorter than their compute.
+  EXPECT_GT(j["estimate"]["iteration_seconds"].get<double>(), 0);
+  EXPECT_GT(j["mfu"].get<double>(), 0);
   EXPECT_EQ(without_timing(run(args).out), without_timing(r.out));
+  // Its schedule and timeline, written on request.
+  const std::string trace = (dir_ / "waves_trace.json").string(), schedule = (dir_ / "waves.json").string();
+  const Result saved = run("multitask --tasks multitask-clip-4 --cluster a800:16 --json --trace " + trace +
+                           " --save-schedule " + schedule);
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  EXPECT_FALSE(nlohmann::json::parse(slurp(trace))["traceEvents"].empty());
+  EXPECT_TRUE(nlohmann::json::parse(slurp(schedule)).contains("tasks"));
   const Result text = run("multitask --tasks qwen-val --cluster a800:32");
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("waves: compute"), std::string::npos) << text.out;

@@ -7,9 +7,14 @@
 
 #include "cli/commands.h"
 #include "cli/cost_inputs.h"
+#include "cli/output_file.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/plan/spindle.h"
+#include "fulcrum/plan/spindle_schedule.h"
+#include "fulcrum/sched/schedule_json.h"
+#include "fulcrum/sim/chrome_trace.h"
+#include "fulcrum/sim/simulator.h"
 
 namespace fulcrum {
 namespace {
@@ -20,12 +25,23 @@ struct MultitaskOptions {
   std::string tasks;
   std::string cluster;
   std::string dtype = "bf16";
+  std::string trace;
+  std::string save_schedule;
   bool json = false;
 };
 
-Json baseline_json(const BaselineTimes& b) {
-  return {{"iteration_seconds", b.iteration_seconds}, {"compute_seconds", b.compute_seconds},
-          {"gradient_sync_seconds", b.gradient_sync_seconds}};
+// An arrangement's iteration as the simulator runs its schedule, beside the planner's estimate.
+struct Timed {
+  BaselineTimes estimate;
+  SimResult simulated;
+};
+
+Json timed_json(const Timed& t) {
+  return {{"iteration_seconds", t.simulated.iteration_seconds},
+          {"mfu", t.simulated.mfu},
+          {"estimate", {{"iteration_seconds", t.estimate.iteration_seconds},
+                        {"compute_seconds", t.estimate.compute_seconds},
+                        {"gradient_sync_seconds", t.estimate.gradient_sync_seconds}}}};
 }
 
 void run(const MultitaskOptions& o) {
@@ -40,7 +56,27 @@ void run(const MultitaskOptions& o) {
   in.dtype = training_dtype(o.dtype, cluster);
   const MultitaskPlan plan = plan_multitask(in);
   const MultitaskBaselines base = multitask_baselines(in, plan);
-  const double speedup = plan.iteration_seconds > 0 ? base.sequential.iteration_seconds / plan.iteration_seconds : 0;
+  // Every arrangement as a schedule, run by the simulator: the plan's timeline kept for --trace.
+  SimOptions options;
+  options.dtype = in.dtype;
+  auto run_waves = [&](const std::vector<PlannedWave>& waves, bool timeline) {
+    SimOptions o2 = options;
+    o2.timeline = timeline;
+    return simulate(waves_schedule(in, plan.graph, waves), graph.model, cluster, cost, in.efficiency,
+                    MicroBatchLoads{}, o2);
+  };
+  const Schedule schedule = waves_schedule(in, plan.graph, plan.waves);
+  options.timeline = !o.trace.empty();
+  const SimResult simulated = simulate(schedule, graph.model, cluster, cost, in.efficiency, MicroBatchLoads{}, options);
+  const Timed sequential{base.sequential, run_waves(sequential_waves(in, plan), false)};
+  const Timed per_task{base.per_task, run_waves(per_task_waves(in, plan), false)};
+  const Timed task_greedy{base.task_greedy, run_waves(task_greedy_waves(in, plan), false)};
+  const double iteration = simulated.iteration_seconds;
+  const double speedup = iteration > 0 ? sequential.simulated.iteration_seconds / iteration : 0;
+  if (!o.save_schedule.empty()) write_file_atomically(o.save_schedule, schedule_to_json(schedule));
+  if (!o.trace.empty()) {
+    write_file_atomically(o.trace, chrome_trace(simulated, fmt::format("{} on {}", graph.name, o.cluster)));
+  }
   if (o.json) {
     Json waves = Json::array();
     for (const PlannedWave& w : plan.waves) {
@@ -74,18 +110,21 @@ void run(const MultitaskOptions& o) {
                    {"cluster", o.cluster},
                    {"operators", plan.graph.operators},
                    {"metaops", plan.graph.ops.size()},
-                   {"iteration_seconds", plan.iteration_seconds},
+                   {"iteration_seconds", iteration},
                    {"compute_seconds", plan.compute_seconds},
                    {"lower_bound_seconds", plan.lower_bound_seconds},
-                   {"transfer_seconds", plan.transfer_seconds},
-                   {"gradient_sync_seconds", plan.gradient_sync_seconds},
+                   {"mfu", simulated.mfu},
+                   {"estimate",
+                    {{"iteration_seconds", plan.iteration_seconds},
+                     {"transfer_seconds", plan.transfer_seconds},
+                     {"gradient_sync_seconds", plan.gradient_sync_seconds}}},
                    {"levels", levels},
                    {"waves", waves},
                    {"sync_groups", groups},
                    {"baselines",
-                    {{"sequential", baseline_json(base.sequential)},
-                     {"per_task", baseline_json(base.per_task)},
-                     {"task_greedy", baseline_json(base.task_greedy)}}},
+                    {{"sequential", timed_json(sequential)},
+                     {"per_task", timed_json(per_task)},
+                     {"task_greedy", timed_json(task_greedy)}}},
                    {"speedup_vs_sequential", speedup},
                    {"timing", {{"planner_seconds", plan.planner_seconds}}}};
     std::cout << out.dump(2) << "\n";
@@ -94,16 +133,16 @@ void run(const MultitaskOptions& o) {
   std::cout << fmt::format("{}: {} tasks, {} operators in {} MetaOps over {} levels, on {} × {}\n", graph.name,
                            graph.tasks.size(), plan.graph.operators, plan.graph.ops.size(), plan.levels.size(),
                            cluster.devices, cluster.device.kind);
-  std::cout << fmt::format("  {} waves: compute {:.3f} s (bound {:.3f} s, {:+.1f}%), transfers {:.3f} s, gradient "
-                           "sync {:.3f} s: iteration {:.3f} s\n",
+  std::cout << fmt::format("  {} waves: compute {:.3f} s (bound {:.3f} s, {:+.1f}%); simulated iteration {:.3f} s, "
+                           "MFU {:.1f}% (planner's estimate {:.3f} s)\n",
                            plan.waves.size(), plan.compute_seconds, plan.lower_bound_seconds,
-                           100 * (plan.compute_seconds / plan.lower_bound_seconds - 1), plan.transfer_seconds,
-                           plan.gradient_sync_seconds, plan.iteration_seconds);
-  for (const auto& [name, b] : {std::pair<const char*, const BaselineTimes&>{"sequential", base.sequential},
-                                {"per-task", base.per_task},
-                                {"task-greedy", base.task_greedy}}) {
-    std::cout << fmt::format("  {:<12} iteration {:.3f} s (compute {:.3f} s): {:.2f}× slower\n", name,
-                             b.iteration_seconds, b.compute_seconds, b.iteration_seconds / plan.iteration_seconds);
+                           100 * (plan.compute_seconds / plan.lower_bound_seconds - 1), iteration,
+                           100 * simulated.mfu, plan.iteration_seconds);
+  for (const auto& [name, b] : {std::pair<const char*, const Timed&>{"sequential", sequential},
+                                {"per-task", per_task},
+                                {"task-greedy", task_greedy}}) {
+    std::cout << fmt::format("  {:<12} iteration {:.3f} s: {:.2f}× slower\n", name, b.simulated.iteration_seconds,
+                             b.simulated.iteration_seconds / iteration);
   }
   std::cout << fmt::format("  planned in {:.3f} s\n", plan.planner_seconds);
 }
@@ -116,6 +155,8 @@ std::function<void()> add_multitask_command(CLI::App& app) {
   cmd->add_option("--tasks", o->tasks, "A task preset (multitask-clip-10, qwen-val, ...) or a task graph file")->required();
   cmd->add_option("--cluster", o->cluster, "A preset (a800:32) or a cluster file")->required();
   cmd->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 | fp8")->capture_default_str();
+  cmd->add_option("--trace", o->trace, "Write the plan's simulated timeline as a Chrome trace");
+  cmd->add_option("--save-schedule", o->save_schedule, "Write the plan's schedule (the waves, one program per device)");
   cmd->add_flag("--json", o->json, "Print the plan as JSON");
   return [o] { run(*o); };
 }

@@ -153,44 +153,12 @@ DeviceGroupShape group_shape(const std::vector<int>& ids, int per_node) {
   return {static_cast<int64_t>(ids.size()), one_node ? 1 : per_node};
 }
 
-// The gradient all-reduce of every set of parameters over the devices that hold it, pooled by device set; and the
-// busiest device's total.
-double gradient_sync(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves,
-                     std::vector<SyncGroup>* groups_out) {
-  const ModelSpec& model = in.graph->model;
-  const int per_node = std::max(1, in.cluster->device.devices_per_node);
-  const double element = activation_element_bytes(in.dtype);
-  // (component, layer) → devices holding it.
-  std::map<std::pair<int, int>, std::vector<int>> holders;
-  for (const PlannedWave& w : waves) {
-    for (const PlacedSlice& s : w.slices) {
-      const MetaOp& op = g.ops[s.metaop];
-      for (int64_t l = 0; l < s.layers; ++l) {
-        auto& ids = holders[{op.component, static_cast<int>(op.first_layer + s.first_layer + l)}];
-        ids.insert(ids.end(), s.device_ids.begin(), s.device_ids.end());
-      }
-    }
-  }
-  std::map<std::vector<int>, double> pools;
-  for (auto& [key, ids] : holders) {
-    const ComponentSpec& c = model.components[key.first];
-    if (!c.trainable) continue;
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    pools[ids] += element * static_cast<double>(c.layers[key.second].parameters());
-  }
+// The busiest device's share of the groups' all-reduces.
+double gradient_sync(const MultitaskInputs& in, const std::vector<SyncGroup>& groups) {
   std::vector<double> per_device(static_cast<size_t>(device_count(in)), 0);
-  std::vector<SyncGroup> groups;
-  for (const auto& [ids, bytes] : pools) {
-    SyncGroup group{ids, bytes, 0};
-    if (ids.size() > 1 && bytes > 0) {
-      group.seconds = collective_seconds(CollectiveOp::kAllReduce, bytes, *in.cluster, in.efficiency,
-                                         group_shape(ids, per_node));
-    }
-    for (int d : ids) per_device[d] += group.seconds;
-    groups.push_back(std::move(group));
+  for (const SyncGroup& group : groups) {
+    for (int d : group.device_ids) per_device[d] += group.seconds;
   }
-  if (groups_out) *groups_out = std::move(groups);
   return per_device.empty() ? 0 : *std::max_element(per_device.begin(), per_device.end());
 }
 
@@ -229,6 +197,44 @@ double transfers(const MultitaskInputs& in, const MetaGraph& g, const std::vecto
 
 }  // namespace
 
+std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph& g,
+                                      const std::vector<PlannedWave>& waves) {
+  const ModelSpec& model = in.graph->model;
+  const int per_node = std::max(1, in.cluster->device.devices_per_node);
+  const double element = activation_element_bytes(in.dtype);
+  // (component, layer) → devices holding it.
+  std::map<std::pair<int, int>, std::vector<int>> holders;
+  for (const PlannedWave& w : waves) {
+    for (const PlacedSlice& s : w.slices) {
+      const MetaOp& op = g.ops[s.metaop];
+      for (int64_t l = 0; l < s.layers; ++l) {
+        auto& ids = holders[{op.component, static_cast<int>(op.first_layer + s.first_layer + l)}];
+        ids.insert(ids.end(), s.device_ids.begin(), s.device_ids.end());
+      }
+    }
+  }
+  std::map<std::vector<int>, SyncGroup> pools;
+  for (auto& [key, ids] : holders) {
+    const ComponentSpec& c = model.components[key.first];
+    if (!c.trainable) continue;
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    SyncGroup& group = pools[ids];
+    group.device_ids = ids;
+    group.layers.push_back(key);
+    group.gradient_bytes += element * static_cast<double>(c.layers[key.second].parameters());
+  }
+  std::vector<SyncGroup> groups;
+  for (auto& [ids, group] : pools) {
+    if (ids.size() > 1 && group.gradient_bytes > 0) {
+      group.seconds = collective_seconds(CollectiveOp::kAllReduce, group.gradient_bytes, *in.cluster, in.efficiency,
+                                         group_shape(ids, per_node));
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
 MultitaskPlan plan_multitask(const MultitaskInputs& in) {
   check_inputs(in);
   const auto started = std::chrono::steady_clock::now();
@@ -239,66 +245,92 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
   plan.compute_seconds =
       plan_levels(plan.graph, plan.curves, devices, std::vector<bool>(plan.graph.ops.size(), true), 0.0, plan);
   place(plan.graph, devices, std::max(1, in.cluster->device.devices_per_node), plan.waves);
-  plan.gradient_sync_seconds = gradient_sync(in, plan.graph, plan.waves, &plan.sync_groups);
+  plan.sync_groups = sync_groups_of(in, plan.graph, plan.waves);
+  plan.gradient_sync_seconds = gradient_sync(in, plan.sync_groups);
   plan.transfer_seconds = transfers(in, plan.graph, plan.waves);
   plan.iteration_seconds = plan.compute_seconds + plan.transfer_seconds + plan.gradient_sync_seconds;
   plan.planner_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return plan;
 }
 
-MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const MultitaskPlan& plan) {
+namespace {
+
+PlacedSlice whole_metaop(const MultitaskPlan& plan, int m, const CurvePoint& point, int first_device) {
+  PlacedSlice s;
+  s.metaop = m;
+  s.devices = point.devices;
+  s.layers = plan.graph.ops[m].layers;
+  s.seconds = static_cast<double>(s.layers) * point.seconds;
+  s.dp = point.dp;
+  s.tp = point.tp;
+  for (int d = first_device; d < first_device + point.devices; ++d) s.device_ids.push_back(d);
+  return s;
+}
+
+// The iteration of arranged waves as the planner estimates it: each wave as long as its busiest device's slices
+// (a device runs its slices of a wave one after another), with the transfers and synchronisation.
+BaselineTimes times_of(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves) {
+  BaselineTimes t;
+  for (const PlannedWave& w : waves) {
+    std::map<int, double> busy;
+    double longest = 0;
+    for (const PlacedSlice& s : w.slices) {
+      for (int d : s.device_ids) longest = std::max(longest, busy[d] += s.seconds);
+    }
+    t.compute_seconds += longest;
+  }
+  t.gradient_sync_seconds = gradient_sync(in, sync_groups_of(in, g, waves));
+  t.iteration_seconds = t.compute_seconds + transfers(in, g, waves) + t.gradient_sync_seconds;
+  return t;
+}
+
+}  // namespace
+
+std::vector<PlannedWave> sequential_waves(const MultitaskInputs& in, const MultitaskPlan& plan) {
+  check_inputs(in);
+  std::vector<PlannedWave> waves;
+  double now = 0;
+  for (size_t m = 0; m < plan.graph.ops.size(); ++m) {
+    PlannedWave w;
+    w.level = plan.graph.ops[m].level;
+    w.start_seconds = now;
+    w.slices.push_back(whole_metaop(plan, static_cast<int>(m), *plan.curves[m].largest_within(device_count(in)), 0));
+    w.seconds = w.slices.back().seconds;
+    now += w.seconds;
+    waves.push_back(std::move(w));
+  }
+  return waves;
+}
+
+std::vector<PlannedWave> per_task_waves(const MultitaskInputs& in, const MultitaskPlan& plan) {
   check_inputs(in);
   const MetaGraph& g = plan.graph;
-  const int devices = device_count(in);
-  const int per_node = std::max(1, in.cluster->device.devices_per_node);
-  const double element = activation_element_bytes(in.dtype);
-  const ModelSpec& model = in.graph->model;
-  auto sync_over = [&](const std::vector<std::vector<int>>& holders) {
-    // Each trained component's gradients over the devices holding it, one component after another.
-    double seconds = 0;
-    for (size_t c = 0; c < model.components.size(); ++c) {
-      if (!model.components[c].trainable || holders[c].size() < 2) continue;
-      seconds += collective_seconds(CollectiveOp::kAllReduce, element * static_cast<double>(model.components[c].parameters()),
-                                    *in.cluster, in.efficiency, group_shape(holders[c], per_node));
-    }
-    return seconds;
-  };
-  std::vector<int> everyone(devices);
-  for (int d = 0; d < devices; ++d) everyone[d] = d;
-  const std::vector<std::vector<int>> all_hold(model.components.size(), everyone);
-  MultitaskBaselines out;
-
-  // Sequential: every MetaOp on all the devices it can use.
-  for (size_t m = 0; m < g.ops.size(); ++m) {
-    out.sequential.compute_seconds +=
-        static_cast<double>(g.ops[m].layers) * plan.curves[m].largest_within(devices)->seconds;
-  }
-  out.sequential.gradient_sync_seconds = sync_over(all_hold);
-
-  // Per task: each task alone, planned as Spindle plans, on all the devices.
+  MultitaskPlan alone;
   double now = 0;
   for (size_t t = 0; t < in.graph->tasks.size(); ++t) {
     std::vector<bool> wanted(g.ops.size(), false);
     for (size_t m = 0; m < g.ops.size(); ++m) wanted[m] = g.ops[m].task == static_cast<int>(t);
-    MultitaskPlan alone;
-    now = plan_levels(g, plan.curves, devices, wanted, now, alone);
+    now = plan_levels(g, plan.curves, device_count(in), wanted, now, alone);
   }
-  out.per_task.compute_seconds = now;
-  out.per_task.gradient_sync_seconds = out.sequential.gradient_sync_seconds;
+  place(g, device_count(in), std::max(1, in.cluster->device.devices_per_node), alone.waves);
+  return alone.waves;
+}
 
-  // Task-greedy: every task on its own devices, grown one valid step at a time by marginal gain.
+std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const MultitaskPlan& plan) {
+  check_inputs(in);
+  const MetaGraph& g = plan.graph;
+  const int devices = device_count(in);
   const int tasks = static_cast<int>(in.graph->tasks.size());
   auto task_seconds = [&](int t, int n) {
     double s = 0;
     for (size_t m = 0; m < g.ops.size(); ++m) {
-      if (g.ops[m].task != t) continue;
-      const CurvePoint* p = plan.curves[m].largest_within(n);
-      s += static_cast<double>(g.ops[m].layers) * p->seconds;
+      if (g.ops[m].task == t) s += static_cast<double>(g.ops[m].layers) * plan.curves[m].largest_within(n)->seconds;
     }
     return s;
   };
-  // With more tasks than devices, tasks run in rounds of as many as there are devices, in their order.
-  std::vector<std::vector<int>> holders(model.components.size());
+  // One wave a round of as many tasks as devices; in it each task's MetaOps in turn on its own devices.
+  std::vector<PlannedWave> waves;
+  double now = 0;
   for (int round_first = 0; round_first < tasks; round_first += devices) {
     const int round = std::min(devices, tasks - round_first);
     std::vector<int> given(round, 1);
@@ -307,10 +339,9 @@ MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const Multitas
       int best = -1, best_next = 0;
       double best_gain = 0;
       for (int k = 0; k < round; ++k) {
-        const int t = round_first + k;
-        const double now_t = task_seconds(t, given[k]);
+        const double now_t = task_seconds(round_first + k, given[k]);
         for (int next = given[k] + 1; next <= given[k] + (devices - used); ++next) {
-          const double then = task_seconds(t, next);
+          const double then = task_seconds(round_first + k, next);
           if (then >= now_t) continue;
           const double gain = (now_t - then) / static_cast<double>(next - given[k]);
           if (gain > best_gain) {
@@ -325,25 +356,30 @@ MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const Multitas
       used += best_next - given[best];
       given[best] = best_next;
     }
-    double round_seconds = 0;
+    PlannedWave w;
+    w.start_seconds = now;
     int first = 0;
     for (int k = 0; k < round; ++k) {
-      round_seconds = std::max(round_seconds, task_seconds(round_first + k, given[k]));
-      for (const TaskNode& node : in.graph->tasks[round_first + k].nodes) {
-        for (int d = first; d < first + given[k]; ++d) holders[node.component].push_back(d);
+      double task_time = 0;
+      for (size_t m = 0; m < g.ops.size(); ++m) {
+        if (g.ops[m].task != round_first + k) continue;
+        w.slices.push_back(whole_metaop(plan, static_cast<int>(m), *plan.curves[m].largest_within(given[k]), first));
+        task_time += w.slices.back().seconds;
       }
+      w.seconds = std::max(w.seconds, task_time);
       first += given[k];
     }
-    out.task_greedy.compute_seconds += round_seconds;
+    now += w.seconds;
+    waves.push_back(std::move(w));
   }
-  for (std::vector<int>& ids : holders) {
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  }
-  out.task_greedy.gradient_sync_seconds = sync_over(holders);
-  for (BaselineTimes* b : {&out.sequential, &out.per_task, &out.task_greedy}) {
-    b->iteration_seconds = b->compute_seconds + b->gradient_sync_seconds;
-  }
+  return waves;
+}
+
+MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const MultitaskPlan& plan) {
+  MultitaskBaselines out;
+  out.sequential = times_of(in, plan.graph, sequential_waves(in, plan));
+  out.per_task = times_of(in, plan.graph, per_task_waves(in, plan));
+  out.task_greedy = times_of(in, plan.graph, task_greedy_waves(in, plan));
   return out;
 }
 

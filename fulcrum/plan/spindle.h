@@ -50,9 +50,15 @@ struct PlannedWave {
 // The devices that hold copies of a set of parameters: their gradients are all-reduced over the group.
 struct SyncGroup {
   std::vector<int> device_ids;
+  std::vector<std::pair<int, int>> layers;  // (component, layer) it synchronises
   double gradient_bytes = 0;  // per device: the parameters' gradients, in the training dtype's element size
   double seconds = 0;         // the all-reduce
 };
+
+// The sync groups of `waves`' placement: the trained layers held on the same devices pooled, one all-reduce
+// each (none for a group of one device).
+std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph& graph,
+                                      const std::vector<PlannedWave>& waves);
 
 struct LevelPlan {
   std::vector<int> metaops;   // of the MetaGraph
@@ -77,8 +83,15 @@ struct MultitaskPlan {
 // InputError when an input is missing, the cluster has fewer devices than one, or a MetaOp has no valid count.
 MultitaskPlan plan_multitask(const MultitaskInputs& in);
 
+// The waves of each arrangement the baselines below time, placed: `sequential` one MetaOp after another on all
+// the devices (at its fastest valid count), `per_task` each task's own planned waves in turn, `task_greedy` the
+// tasks side by side on their own devices, each task's MetaOps in turn.
+std::vector<PlannedWave> sequential_waves(const MultitaskInputs& in, const MultitaskPlan& plan);
+std::vector<PlannedWave> per_task_waves(const MultitaskInputs& in, const MultitaskPlan& plan);
+std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const MultitaskPlan& plan);
+
 // The systems Spindle is compared with, on the same curves and cost model (compute, plus the same estimates of
-// gradient synchronisation):
+// transfers and gradient synchronisation as the plan's):
 //   sequential   every MetaOp on all the devices, one after another (Megatron-LM and DeepSpeed running the
 //                sub-models in turn), each at its fastest valid count
 //   per_task     the tasks one after another, each planned alone as above on all the devices (DistMM applied

@@ -39,7 +39,7 @@ std::string_view collective_kind_name(CollectiveKind kind) {
 }
 
 std::string_view device_group_name(DeviceGroup group) {
-  return group == DeviceGroup::kData ? "data" : "encoder_data";
+  return group == DeviceGroup::kData ? "data" : group == DeviceGroup::kEncoderData ? "encoder_data" : "sync";
 }
 
 std::string_view collective_tensor_name(CollectiveTensor tensor) {

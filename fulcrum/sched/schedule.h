@@ -71,7 +71,8 @@ std::string_view collective_kind_name(CollectiveKind kind);
 
 // Who takes part in a collective: the stage's data-parallel replicas (gradients, sharded parameters), or for an
 // encoder instruction the encoder stage's replicas (every encoder pipeline of every LLM pipeline).
-enum class DeviceGroup : uint8_t { kData, kEncoderData };
+// In a multitask schedule: the devices of one of its sync groups (`stage` names the group).
+enum class DeviceGroup : uint8_t { kData, kEncoderData, kSync };
 std::string_view device_group_name(DeviceGroup group);
 
 // What a collective moves: the stage's gradients (after its last backward) or its parameters (before use).
@@ -156,6 +157,38 @@ struct EncoderSection {
   int micro_batches(int pipeline) const { return static_cast<int>(llm_micro_batch[pipeline].size()); }
 };
 
+// Spindle (reference/spindle.md): slices of tasks' operators on device groups, run in waves. A schedule with
+// this section has one program per device (layout.pp devices, dp = tp = vpp = 1) and no pipeline stages; its
+// instructions' `stage` names a slice (compute, send, receive: micro-batch 0) or a sync group (collectives).
+// A slice runs `layers` consecutive layers of a component for one task's inputs, on its devices as dp × tp
+// (`sequences` split dp ways), forward in its wave, backward in the mirrored backward wave. Activations move
+// between slices at wave boundaries; the gradients of parameters held on several devices are all-reduced over
+// each sync group at the end.
+struct TaskSlice {
+  int32_t task = 0;
+  int32_t component = 0;    // of the model
+  int32_t first_layer = 0;  // of the component
+  int32_t layers = 0;
+  int64_t sequences = 0;    // per micro-batch, over the slice's data-parallel ranks
+  int64_t tokens = 0;       // per sequence
+  int32_t micro_batches = 1;
+  int32_t dp = 1;
+  int32_t tp = 1;
+  int32_t wave = 0;         // forward wave; its backward runs in wave 2 · waves − 1 − wave
+  std::vector<int32_t> devices;  // dp × tp of them, sorted
+};
+struct SyncGroupSpec {
+  std::vector<int32_t> devices;  // sorted
+  // The parameters it synchronises: (component, layer) pairs.
+  std::vector<std::pair<int32_t, int32_t>> layers;
+};
+struct MultitaskSection {
+  int32_t waves = 0;  // forward waves
+  std::vector<TaskSlice> slices;
+  std::vector<SyncGroupSpec> sync_groups;
+  bool present() const { return !slices.empty(); }
+};
+
 struct Schedule {
   PipelineKind kind = PipelineKind::kCustom;
   ParallelLayout layout;
@@ -165,6 +198,7 @@ struct Schedule {
   std::vector<Recompute> recompute;    // per flattened layer
   std::vector<Program> programs;       // layout.pp entries, one per pipeline rank
   EncoderSection encoder;              // Optimus's encoder plan, when present
+  MultitaskSection tasks;              // Spindle's slices and waves, when present
 
   // Instructions over all programs.
   int64_t instruction_count() const;

@@ -267,9 +267,72 @@ class Reader {
     return e;
   }
 
+  // The "tasks" object: Spindle's slices, waves and sync groups. Whether they fit the layout and each other
+  // (device ids, dp × tp devices, waves) is validate()'s to check.
+  MultitaskSection tasks(const Json& j) const {
+    only_keys(j, {"waves", "slices", "sync_groups"}, "tasks");
+    MultitaskSection t;
+    t.waves = static_cast<int32_t>(integer(member(j, "waves", "tasks"), "tasks.waves", 1, kMaxDegree));
+
+    const Json& slices = member(j, "slices", "tasks");
+    if (!slices.is_array()) fail("tasks.slices", "expected an array of slices");
+    if (slices.empty()) fail("tasks.slices", "expected at least one slice");
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const std::string where = fmt::format("tasks.slices[{}]", i);
+      const Json& f = slices[i];
+      if (!f.is_array() || f.size() != 11) {
+        fail(where, "expected [task, component, first_layer, layers, sequences, tokens, micro_batches, dp, tp, wave, "
+                    "[device, ...]] (11 fields{})",
+             f.is_array() ? fmt::format(", not {}", f.size()) : std::string());
+      }
+      auto at = [&](size_t k) { return fmt::format("{}[{}]", where, k); };
+      TaskSlice slice;
+      slice.task = int32(f[0], at(0));
+      slice.component = int32(f[1], at(1));
+      slice.first_layer = int32(f[2], at(2));
+      slice.layers = int32(f[3], at(3), 1);
+      slice.sequences = integer(f[4], at(4), 1, int64_t{1} << 40);
+      slice.tokens = integer(f[5], at(5), 1, int64_t{1} << 40);
+      slice.micro_batches = int32(f[6], at(6), 1);
+      slice.dp = static_cast<int32_t>(integer(f[7], at(7), 1, kMaxDegree));
+      slice.tp = static_cast<int32_t>(integer(f[8], at(8), 1, kMaxDegree));
+      slice.wave = int32(f[9], at(9));
+      slice.devices = device_list(f[10], at(10));
+      t.slices.push_back(std::move(slice));
+    }
+
+    const Json& groups = member(j, "sync_groups", "tasks");
+    if (!groups.is_array()) fail("tasks.sync_groups", "expected an array of sync groups");
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::string where = fmt::format("tasks.sync_groups[{}]", g);
+      only_keys(groups[g], {"devices", "layers"}, where);
+      SyncGroupSpec group;
+      group.devices = device_list(member(groups[g], "devices", where), where + ".devices");
+      const Json& layers = member(groups[g], "layers", where);
+      if (!layers.is_array()) fail(where + ".layers", "expected an array of [component, layer]");
+      group.layers.reserve(layers.size());
+      for (size_t k = 0; k < layers.size(); ++k) {
+        const std::string pair_at = fmt::format("{}.layers[{}]", where, k);
+        const Json& pair = layers[k];
+        if (!pair.is_array() || pair.size() != 2) fail(pair_at, "expected [component, layer]");
+        group.layers.emplace_back(int32(pair[0], pair_at + "[0]"), int32(pair[1], pair_at + "[1]"));
+      }
+      t.sync_groups.push_back(std::move(group));
+    }
+    return t;
+  }
+
+  std::vector<int32_t> device_list(const Json& j, const std::string& where) const {
+    if (!j.is_array()) fail(where, "expected an array of device ids");
+    std::vector<int32_t> devices;
+    devices.reserve(j.size());
+    for (size_t k = 0; k < j.size(); ++k) devices.push_back(int32(j[k], fmt::format("{}[{}]", where, k)));
+    return devices;
+  }
+
   Schedule read(const Json& doc) const {
     only_keys(doc, {"fulcrum", "kind", "pipeline", "layout", "micro_batches", "model_layers", "stages", "recompute",
-                    "encoder", "programs"}, "schedule");
+                    "encoder", "tasks", "programs"}, "schedule");
     if (integer(member(doc, "fulcrum", "schedule"), "fulcrum", 1, 1) != 1) fail("fulcrum", "version 1 expected");
     if (string(member(doc, "kind", "schedule"), "kind") != "schedule") fail("kind", "expected \"schedule\"");
     Schedule s;
@@ -336,6 +399,7 @@ class Reader {
     }
 
     if (auto it = doc.find("encoder"); it != doc.end()) s.encoder = encoder(*it);
+    if (auto it = doc.find("tasks"); it != doc.end()) s.tasks = tasks(*it);
 
     const Json& programs = member(doc, "programs", "schedule");
     if (!programs.is_array()) fail("programs", "expected an array of programs");
@@ -348,6 +412,14 @@ class Reader {
         p.instructions.push_back(instruction(programs[r][i], fmt::format("{}[{}]", where, i)));
       }
       s.programs.push_back(std::move(p));
+    }
+    // In a multitask schedule the 4-field collective runs over a sync group (its `stage` names the group).
+    if (s.tasks.present()) {
+      for (Program& p : s.programs) {
+        for (Instruction& in : p.instructions) {
+          if (in.op == OpKind::kCollective && in.group == DeviceGroup::kData) in.group = DeviceGroup::kSync;
+        }
+      }
     }
     return s;
   }
@@ -394,6 +466,23 @@ std::string schedule_to_json(const Schedule& s) {
                                          {"collective_slowdown", e.collective_slowdown}};
     encoder = fmt::format("\"encoder\": {},\n", section.dump());
   }
+  std::string tasks;  // its own line, when the schedule has a multitask section
+  if (s.tasks.present()) {
+    using Ordered = nlohmann::ordered_json;
+    Ordered slices = Ordered::array();
+    for (const TaskSlice& t : s.tasks.slices) {
+      slices.push_back(Ordered::array({t.task, t.component, t.first_layer, t.layers, t.sequences, t.tokens,
+                                       t.micro_batches, t.dp, t.tp, t.wave, Ordered(t.devices)}));
+    }
+    Ordered groups = Ordered::array();
+    for (const SyncGroupSpec& g : s.tasks.sync_groups) {
+      Ordered layers = Ordered::array();
+      for (const auto& [component, layer] : g.layers) layers.push_back(Ordered::array({component, layer}));
+      groups.push_back(Ordered{{"devices", Ordered(g.devices)}, {"layers", std::move(layers)}});
+    }
+    const Ordered section{{"waves", s.tasks.waves}, {"slices", std::move(slices)}, {"sync_groups", std::move(groups)}};
+    tasks = fmt::format("\"tasks\": {},\n", section.dump());
+  }
   const nlohmann::ordered_json layout{{"dp", s.layout.dp},
                     {"tp", s.layout.tp},
                     {"pp", s.layout.pp},
@@ -403,9 +492,9 @@ std::string schedule_to_json(const Schedule& s) {
                     {"state_sharding", state_sharding_name(s.layout.state_sharding)}};
   return fmt::format(
       "{{\"fulcrum\": 1, \"kind\": \"schedule\", \"pipeline\": \"{}\",\n\"layout\": {},\n\"micro_batches\": {}, "
-      "\"model_layers\": {},\n\"stages\": {},\n\"recompute\": {},\n{}\"programs\": {}}}\n",
+      "\"model_layers\": {},\n\"stages\": {},\n\"recompute\": {},\n{}{}\"programs\": {}}}\n",
       pipeline_kind_name(s.kind), layout.dump(), s.micro_batches, s.model_layers, stages.dump(), recompute.dump(),
-      encoder, programs);
+      encoder, tasks, programs);
 }
 
 Schedule schedule_from_json(std::string_view text, const std::string& file) {

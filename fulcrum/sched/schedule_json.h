@@ -19,7 +19,11 @@ namespace fulcrum {
 //                "stages": [[[0, 25]], [[25, 50], [50, 53]]],   its stages' layer ranges
 //                "llm_micro_batch": [[0, 9, ...], ...],         [pipeline][k] → the LLM micro-batch fed
 //                "collective_slowdown": 0.15},
-//    "programs": [[instruction, ...], ...]}        one per pipeline rank
+//    "tasks": {"waves": 2,                          optional: a Spindle multitask section
+//              "slices": [[task, component, first_layer, layers, sequences, tokens, micro_batches, dp, tp, wave,
+//                          [device, ...]], ...],    at least one
+//              "sync_groups": [{"devices": [0, 1, 2, 3], "layers": [[component, layer], ...]}, ...]},
+//    "programs": [[instruction, ...], ...]}        one per pipeline rank (with "tasks": one per device)
 // Instructions are short arrays, so a 16,384-device schedule stays a few megabytes:
 //   ["F", stage, mb]  ["B", stage, mb]  ["BI", stage, mb]  ["W", stage, mb]
 //   ["send", "activation"|"gradient", stage, mb, peer_stage]   ["recv", ..., stage, mb, peer_stage]
@@ -30,6 +34,9 @@ namespace fulcrum {
 //    "inside_pass"|"after_pass"]
 //   ["send"|"recv", payload, stage, mb, peer_stage, pipeline, peer_pipeline]
 //   ["collective", kind, tensor, stage, pipeline]   over the encoder stage's data-parallel group
+// and with a tasks section, `stage` names a slice in compute, send and recv, and the 4-field collective
+//   ["collective", kind, tensor, group]   runs over sync group `group` (read as DeviceGroup::kSync; there the
+//                                         4-field form means nothing else, and without "tasks" it is never kSync)
 // state_sharding is "zero-0" … "zero-3" or "distributed-optimizer".
 std::string schedule_to_json(const Schedule& schedule);
 

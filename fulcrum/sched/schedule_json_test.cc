@@ -46,9 +46,16 @@ TEST(ScheduleJson, GeneratedSchedulesRoundTrip) {
   for (const Schedule& s : cases) {
     const std::string text = schedule_to_json(s);
     EXPECT_THAT(text, Not(HasSubstr("\"encoder\"")));  // no encoder section, no key
+    EXPECT_THAT(text, Not(HasSubstr("\"tasks\"")));    // no multitask section, no key
     const Schedule back = schedule_from_json(text, "s.json");
     EXPECT_EQ(schedule_to_json(back), text);
     EXPECT_FALSE(back.encoder.present());
+    EXPECT_FALSE(back.tasks.present());
+    for (const Program& p : back.programs) {
+      for (const Instruction& in : p.instructions) {
+        if (in.op == OpKind::kCollective) EXPECT_EQ(in.group, DeviceGroup::kData);  // without "tasks", never kSync
+      }
+    }
     EXPECT_EQ(back.kind, s.kind);
     EXPECT_EQ(back.layout.vpp, s.layout.vpp);
     EXPECT_EQ(back.layout.state_sharding, s.layout.state_sharding);
@@ -249,6 +256,160 @@ TEST(ScheduleJson, BadEncoderInputNamesThePlace) {
   ASSERT_NE(begin, std::string::npos);
   not_an_object.replace(begin, not_an_object.find("\n\"programs\"") - begin, "\"encoder\": [7],");
   EXPECT_THAT(error_of(not_an_object), HasSubstr("s.json: encoder: expected an object"));
+}
+
+// Spindle: four devices (pp 4, dp = tp = vpp = 1, no stages) running three slices in two waves: two tasks'
+// first layers side by side on two devices each, then task 0's last layers on all four (tp 4), and one sync
+// group all-reducing the layers both tasks share. Not a runnable schedule (the reader checks form only).
+Schedule with_tasks_section() {
+  Schedule s;
+  s.kind = PipelineKind::kCustom;
+  s.layout.pp = 4;
+  s.micro_batches = 1;
+  s.model_layers = 6;
+  s.recompute.assign(6, Recompute::kNone);
+  s.tasks.waves = 2;
+  s.tasks.slices = {
+      {.task = 0, .component = 0, .first_layer = 0, .layers = 3, .sequences = 64, .tokens = 257,
+       .micro_batches = 1, .dp = 2, .tp = 1, .wave = 0, .devices = {0, 1}},
+      {.task = 1, .component = 0, .first_layer = 0, .layers = 3, .sequences = 32, .tokens = 129,
+       .micro_batches = 2, .dp = 2, .tp = 1, .wave = 0, .devices = {2, 3}},
+      {.task = 0, .component = 0, .first_layer = 3, .layers = 3, .sequences = 64, .tokens = 257,
+       .micro_batches = 1, .dp = 1, .tp = 4, .wave = 1, .devices = {0, 1, 2, 3}},
+  };
+  s.tasks.sync_groups = {{.devices = {0, 1, 2, 3}, .layers = {{0, 0}, {0, 1}}}};
+  auto wave = [](int w) {
+    Instruction in{.op = OpKind::kWaveBoundary};
+    in.wave = w;
+    return in;
+  };
+  for (int d = 0; d < 4; ++d) {
+    const int own = d < 2 ? 0 : 1;  // the slice of wave 0 on this device
+    s.programs.push_back({{
+        {.op = OpKind::kForward, .stage = own, .micro_batch = 0},
+        {.op = OpKind::kSend, .stage = own, .micro_batch = 0, .peer_stage = 2, .payload = Payload::kActivation},
+        wave(0),
+        {.op = OpKind::kRecv, .stage = 2, .micro_batch = 0, .peer_stage = own, .payload = Payload::kActivation},
+        {.op = OpKind::kForward, .stage = 2, .micro_batch = 0},
+        wave(1),
+        {.op = OpKind::kBackward, .stage = 2, .micro_batch = 0},
+        {.op = OpKind::kSend, .stage = 2, .micro_batch = 0, .peer_stage = own, .payload = Payload::kGradient},
+        wave(2),
+        {.op = OpKind::kRecv, .stage = own, .micro_batch = 0, .peer_stage = 2, .payload = Payload::kGradient},
+        {.op = OpKind::kBackward, .stage = own, .micro_batch = 0},
+        wave(3),
+        {.op = OpKind::kCollective, .stage = 0, .collective = CollectiveKind::kAllReduce,
+         .group = DeviceGroup::kSync, .tensor = CollectiveTensor::kGradients},
+    }});
+  }
+  return s;
+}
+
+TEST(ScheduleJson, TasksSectionRoundTrips) {
+  const Schedule s = with_tasks_section();
+  const std::string text = schedule_to_json(s);
+  EXPECT_THAT(text, HasSubstr("\n\"tasks\": {\"waves\":2,\"slices\":[[0,0,0,3,64,257,1,2,1,0,[0,1]],"
+                              "[1,0,0,3,32,129,2,2,1,0,[2,3]],[0,0,3,3,64,257,1,1,4,1,[0,1,2,3]]],"
+                              "\"sync_groups\":[{\"devices\":[0,1,2,3],\"layers\":[[0,0],[0,1]]}]},\n\"programs\""));
+  EXPECT_LT(text.find("\"recompute\""), text.find("\"tasks\""));
+  EXPECT_THAT(text, Not(HasSubstr("\"encoder\"")));
+  EXPECT_THAT(text, HasSubstr(R"(["collective","all_reduce","gradients",0]])"));  // kSync keeps the 4-field form
+  EXPECT_THAT(text, HasSubstr(R"(["send","activation",0,0,2])"));
+  EXPECT_THAT(text, HasSubstr(R"(["recv","gradient",1,0,2])"));
+
+  const Schedule back = schedule_from_json(text, "s.json");
+  EXPECT_EQ(schedule_to_json(back), text);
+  EXPECT_FALSE(back.encoder.present());
+  EXPECT_EQ(back.layout.pp, 4);
+  EXPECT_TRUE(back.stages.empty());
+  EXPECT_EQ(back.model_layers, 6);
+  EXPECT_EQ(back.recompute, s.recompute);
+  ASSERT_TRUE(back.tasks.present());
+  EXPECT_EQ(back.tasks.waves, 2);
+  ASSERT_EQ(back.tasks.slices.size(), 3u);
+  for (size_t i = 0; i < s.tasks.slices.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "slices[" << i << "]");
+    const TaskSlice& a = back.tasks.slices[i];
+    const TaskSlice& b = s.tasks.slices[i];
+    EXPECT_EQ(a.task, b.task);
+    EXPECT_EQ(a.component, b.component);
+    EXPECT_EQ(a.first_layer, b.first_layer);
+    EXPECT_EQ(a.layers, b.layers);
+    EXPECT_EQ(a.sequences, b.sequences);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.micro_batches, b.micro_batches);
+    EXPECT_EQ(a.dp, b.dp);
+    EXPECT_EQ(a.tp, b.tp);
+    EXPECT_EQ(a.wave, b.wave);
+    EXPECT_EQ(a.devices, b.devices);
+  }
+  ASSERT_EQ(back.tasks.sync_groups.size(), 1u);
+  EXPECT_EQ(back.tasks.sync_groups[0].devices, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(back.tasks.sync_groups[0].layers, (std::vector<std::pair<int32_t, int32_t>>{{0, 0}, {0, 1}}));
+  ASSERT_EQ(back.programs.size(), s.programs.size());
+  for (size_t r = 0; r < s.programs.size(); ++r) {
+    ASSERT_EQ(back.programs[r].instructions.size(), s.programs[r].instructions.size());
+    for (size_t i = 0; i < s.programs[r].instructions.size(); ++i) {
+      SCOPED_TRACE(testing::Message() << "programs[" << r << "][" << i << "]");
+      expect_same_instruction(back.programs[r].instructions[i], s.programs[r].instructions[i]);
+    }
+  }
+  EXPECT_EQ(back.programs[3].instructions.back().op, OpKind::kCollective);
+  EXPECT_EQ(back.programs[3].instructions.back().group, DeviceGroup::kSync);
+  EXPECT_EQ(back.programs[3].instructions.back().stage, 0);  // the sync group
+  EXPECT_EQ(back.programs[3].instructions[0].stage, 1);      // device 3 runs slice 1 in wave 0
+}
+
+TEST(ScheduleJson, BadTasksInputNamesThePlace) {
+  const std::string good = schedule_to_json(with_tasks_section());
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    EXPECT_EQ(text.find(from, at + 1), std::string::npos) << from << " is not unique";
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  const std::string slice0 = "[0,0,0,3,64,257,1,2,1,0,[0,1]]";
+  const struct {
+    std::string from, to, message;
+  } cases[] = {
+      {slice0, "[0,0,0,3,64,257,1,2,1,[0,1]]", "s.json: tasks.slices[0]: expected [task, component"},
+      {slice0, "[0,0,0,3,64,257,1,2,1,[0,1]]", "(11 fields, not 10)"},
+      {slice0, "7", "s.json: tasks.slices[0]: expected [task, component"},
+      {"[1,0,0,3,32,129", "[1,0,0,0,32,129", "s.json: tasks.slices[1][3]: 0 is out of range [1,"},
+      {"[1,0,0,3,32,129", "[1,0,0,3,32,1099511627777", "s.json: tasks.slices[1][5]: 1099511627777 is out of range"},
+      {"[1,0,0,3,32,129", "[1,0,-1,3,32,129", "s.json: tasks.slices[1][2]: -1 is out of range [0,"},
+      {"1,4,1,[0,1,2,3]]", "1,4,1,[0,-1,2,3]]", "s.json: tasks.slices[2][10][1]: -1 is out of range [0,"},
+      {"1,4,1,[0,1,2,3]]", "1,4,1,0]", "s.json: tasks.slices[2][10]: expected an array of device ids"},
+      {"1,4,1,[0,1,2,3]]", "0,4,1,[0,1,2,3]]", "s.json: tasks.slices[2][7]: 0 is out of range [1,"},
+      {R"({"waves":2,)", R"({"waves":2,"extra":1,)", "s.json: tasks: unknown key \"extra\""},
+      {R"("waves":2)", R"("waves":0)", "s.json: tasks.waves: 0 is out of range [1,"},
+      {R"("waves":2)", R"("waves":"two")", "s.json: tasks.waves: expected an integer"},
+      {R"({"waves":2,)", "{", "s.json: tasks: missing key \"waves\""},
+      {R"({"devices":[0,1,2,3])", R"({"devices":[0,1,2,3],"color":1)", "s.json: tasks.sync_groups[0]: unknown key \"color\""},
+      {R"({"devices":[0,1,2,3],)", "{", "s.json: tasks.sync_groups[0]: missing key \"devices\""},
+      {R"({"devices":[0,1,2,3])", R"({"devices":[0,1,-2,3])", "s.json: tasks.sync_groups[0].devices[2]: -2 is out of range"},
+      {"[[0,0],[0,1]]", "[[0,0],[0]]", "s.json: tasks.sync_groups[0].layers[1]: expected [component, layer]"},
+      {"[[0,0],[0,1]]", "[[0,0],[0,-1]]", "s.json: tasks.sync_groups[0].layers[1][1]: -1 is out of range"},
+      {R"("sync_groups":[{)", R"("sync_groups":[7,{)", "s.json: tasks.sync_groups[0]: expected an object"},
+  };
+  for (const auto& c : cases) EXPECT_THAT(error_of(with(c.from, c.to)), HasSubstr(c.message)) << c.to;
+
+  auto with_section = [&](const std::string& section) {
+    std::string text = good;
+    const size_t begin = text.find("\"tasks\": {");
+    EXPECT_NE(begin, std::string::npos);
+    return begin == std::string::npos ? text : text.replace(begin, text.find("\n\"programs\"") - begin, section);
+  };
+  EXPECT_THAT(error_of(with_section("\"tasks\": [7],")), HasSubstr("s.json: tasks: expected an object"));
+  EXPECT_THAT(error_of(with_section(R"("tasks": {"waves":2,"slices":[],"sync_groups":[]},)")),
+              HasSubstr("s.json: tasks.slices: expected at least one slice"));
+  EXPECT_THAT(error_of(with_section(R"("tasks": {"waves":2,"slices":[[0,0,0,3,64,257,1,2,1,0,[0,1]]]},)")),
+              HasSubstr("s.json: tasks: missing key \"sync_groups\""));
+  // Without "tasks", the 4-field collective is the stage's data-parallel one again.
+  const Schedule plain = schedule_from_json(with_section(""), "s.json");
+  EXPECT_FALSE(plain.tasks.present());
+  EXPECT_EQ(plain.programs[0].instructions.back().group, DeviceGroup::kData);
 }
 
 }  // namespace

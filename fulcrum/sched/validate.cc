@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/sched/validate_multitask.h"
 
 namespace fulcrum {
 namespace {
@@ -651,6 +652,12 @@ class Validator {
 
 }  // namespace
 
-void validate(const Schedule& schedule, const std::string& where) { Validator(schedule, where).run(); }
+void validate(const Schedule& schedule, const std::string& where) {
+  if (schedule.tasks.present()) {
+    validate_multitask(schedule, where);
+    return;
+  }
+  Validator(schedule, where).run();
+}
 
 }  // namespace fulcrum

@@ -20,7 +20,7 @@ namespace fulcrum {
 //     same wave boundaries in the same order;
 //   - freedom from deadlock: executing the programs with sends that never block and receives and wave
 //     boundaries that wait, every rank reaches its end (otherwise the message names the waiting ranks).
-// Linear in the number of instructions.
+// Linear in the number of instructions. A schedule with a multitask section is checked by validate_multitask.
 void validate(const Schedule& schedule, const std::string& where = "schedule");
 
 }  // namespace fulcrum

@@ -47,8 +47,30 @@ TokenBatch component_batch(const ModelSpec& model, int component, const MicroBat
   return {sequences, tokens, tokens * tokens / sequences};
 }
 
+std::map<std::pair<int, int>, int64_t> multitask_device_parameters(const Schedule& schedule, const ModelSpec& model,
+                                                                   int device) {
+  std::map<std::pair<int, int>, int64_t> held;
+  for (const TaskSlice& sl : schedule.tasks.slices) {
+    if (!std::binary_search(sl.devices.begin(), sl.devices.end(), device)) continue;
+    const ComponentSpec& c = model.components.at(sl.component);
+    for (int32_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
+      int64_t& p = held[{sl.component, l}];
+      p = std::max(p, c.layers.at(l).parameters() / std::max(1, sl.tp));
+    }
+  }
+  return held;
+}
+
 double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int rank) {
   const ParallelLayout& l = schedule.layout;
+  if (schedule.tasks.present()) {
+    // Each device keeps the parameters (its tensor-parallel share) of every layer its slices run, once.
+    double bytes = 0;
+    for (const auto& [key, params] : multitask_device_parameters(schedule, model, rank)) {
+      bytes += training_state_bytes(params, 1, l.state_sharding, model.components[key.first].trainable).total();
+    }
+    return bytes;
+  }
   std::vector<int> component_of;
   std::vector<const LayerSpec*> layer;
   for (int c = 0; c < static_cast<int>(model.components.size()); ++c) {
@@ -204,6 +226,7 @@ class Simulator {
     build_layers();
     build_stages();
     build_encoder_stages();
+    build_slices();
     execute();
     return finish();
   }
@@ -244,6 +267,10 @@ class Simulator {
   void check_inputs() {
     const ParallelLayout& l = s_.layout;
     pp_ = l.pp;
+    if (s_.tasks.present()) {
+      check_slices();
+      return;
+    }
     check_encoder_section();
     const size_t n = loads_.per_replica.size();
     if (n != 1 && n != static_cast<size_t>(l.dp)) {
@@ -272,6 +299,30 @@ class Simulator {
         fail("tensor parallelism {} does not divide the {} heads ({} key/value) of component '{}': use a degree "
              "that does{}", tp, heads, kv, c.name,
              c.role != ComponentRole::kLlm ? ", or --encoder-tp 1 to replicate it on every tensor rank" : "");
+      }
+    }
+  }
+
+  // A multitask schedule's slices name layers the model has, on tensor-parallel degrees their heads allow.
+  void check_slices() {
+    replicas_ = 1;
+    int64_t layers = 0;
+    for (const ComponentSpec& c : model_.components) layers += static_cast<int64_t>(c.layers.size());
+    if (layers != s_.model_layers) {
+      fail("the schedule covers {} layers but model '{}' has {}", s_.model_layers, model_.name, layers);
+    }
+    for (size_t i = 0; i < s_.tasks.slices.size(); ++i) {
+      const TaskSlice& sl = s_.tasks.slices[i];
+      if (sl.component < 0 || sl.component >= static_cast<int>(model_.components.size()) ||
+          sl.first_layer + static_cast<int64_t>(sl.layers) >
+              static_cast<int64_t>(model_.components[sl.component].layers.size())) {
+        fail("slice {} names layers [{}, {}) of component {}, which model '{}' does not have", i, sl.first_layer,
+             sl.first_layer + sl.layers, sl.component, model_.name);
+      }
+      const ComponentSpec& c = model_.components[sl.component];
+      const int64_t heads = c.attention_heads(), kv = c.kv_heads();
+      if (sl.tp > 1 && (heads == 0 || heads % sl.tp != 0 || (kv % sl.tp != 0 && sl.tp % kv != 0))) {
+        fail("slice {}: tensor parallelism {} does not divide the heads of component '{}'", i, sl.tp, c.name);
       }
     }
   }
@@ -378,6 +429,65 @@ class Simulator {
               kOptimizerStepBytesPerParameter * shard / (cluster_.device.memory_bytes_per_second * eff_.memory);
         }
       }
+    }
+  }
+
+  // A multitask slice's passes over all its micro-batches on one of its devices.
+  struct SliceCost {
+    PassSeconds forward, backward;
+    double activation_bytes = 0;  // kept from its forward to its backward
+    double model_flops = 0;       // of the whole slice, every device together
+    double send_bytes = 0;        // its output, one device's share
+  };
+  std::vector<SliceCost> slice_costs_;
+
+  static PassSeconds seconds_of(const LayerCost& lc) {
+    PassSeconds out;
+    if (lc.kernels.empty()) {
+      out.compute = lc.seconds;
+      return out;
+    }
+    for (const Kernel& k : lc.kernels) (k.kind == Kernel::Kind::kCompute ? out.compute : out.comm) += k.seconds;
+    return out;
+  }
+
+  void build_slices() {
+    for (const TaskSlice& sl : s_.tasks.slices) {
+      SliceCost cost;
+      const ComponentSpec& c = model_.components[sl.component];
+      const int64_t per_device = sl.sequences / sl.dp;
+      const double micro = static_cast<double>(sl.micro_batches);
+      TensorSharding sharding;
+      sharding.tp = sl.tp;
+      sharding.sequence_parallel = sl.tp > 1;
+      int64_t width = 0;
+      for (int32_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
+        const int64_t flat = first_layer_of(sl.component) + l;
+        if (layer_class_[flat] < 0) continue;  // not run
+        const LayerSpec& spec = c.layers[l];
+        LayerWork w;
+        w.layer = &spec;
+        w.batch = {per_device, per_device * sl.tokens, per_device * sl.tokens * sl.tokens};
+        w.sharding = sharding;
+        w.trainable = c.trainable;
+        w.dtype = options_.dtype;
+        w.pass = Pass::kForward;
+        cost.forward += scaled(seconds_of(cost_.layer_cost(w)), micro);
+        if (c.trainable) {
+          cost.backward += scaled(seconds_of(backward_cost(cost_, w)), micro);
+        } else {
+          w.pass = Pass::kBackwardInput;  // a frozen layer still passes the gradient of its input back
+          cost.backward += scaled(seconds_of(cost_.layer_cost(w)), micro);
+        }
+        cost.activation_bytes +=
+            micro * activation_bytes(spec, w.batch, sharding, Recompute::kNone, options_.dropout, options_.dtype);
+        const TokenBatch whole{sl.sequences, sl.sequences * sl.tokens, sl.sequences * sl.tokens * sl.tokens};
+        cost.model_flops += micro * model_flops(spec, whole, c.trainable);
+        width = spec.hidden;
+      }
+      cost.send_bytes = activation_element_bytes(options_.dtype) * micro * static_cast<double>(sl.sequences) *
+                        static_cast<double>(sl.tokens * width) / static_cast<double>(sl.dp * sl.tp);
+      slice_costs_.push_back(cost);
     }
   }
 
@@ -777,6 +887,16 @@ class Simulator {
       const Instruction& in = program[dev.pc];
       switch (in.op) {
         case OpKind::kRecv: {
+          if (s_.tasks.present()) {
+            const auto it = slice_arrivals_.find({in.payload == Payload::kActivation ? 0 : 1, in.peer_stage, in.stage});
+            if (it == slice_arrivals_.end() ||
+                it->second.first < static_cast<int>(s_.tasks.slices[in.peer_stage].devices.size())) {
+              dev.waiting = true;
+              return;
+            }
+            dev.ready = std::max(dev.ready, it->second.second);
+            break;
+          }
           double at;
           if (in.encoder_pipeline >= 0) {
             // From the previous encoder stage, or the gradient of the LLM micro-batch it fed from the LLM's first
@@ -804,6 +924,10 @@ class Simulator {
           break;
         }
         case OpKind::kSend: {
+          if (s_.tasks.present()) {
+            send_between_slices(d, in, work);
+            break;
+          }
           const bool encoder = in.encoder_pipeline >= 0;
           const bool to_encoder = in.peer_encoder_pipeline >= 0;
           // Between the encoder and the LLM both ways: the encoder's output for the LLM micro-batch it feeds.
@@ -854,6 +978,10 @@ class Simulator {
           break;
         }
         case OpKind::kCollective: {
+          if (s_.tasks.present()) {
+            arrive_sync_group(d, in, work);
+            break;
+          }
           if (in.encoder_pipeline >= 0) {
             arrive_encoder_collective(d, in, work);
             break;
@@ -885,6 +1013,10 @@ class Simulator {
         case OpKind::kBackward:
         case OpKind::kBackwardInput:
         case OpKind::kBackwardWeight: {
+          if (s_.tasks.present()) {
+            run_slice(d, in);
+            break;
+          }
           auto& gathers = dev.pending_gathers[in.stage / pp_];
           // The stage's parameters: gathered whole before the first pass (ZeRO-1/2, distributed optimizer), or
           // layer by layer under ZeRO-3, where the pass starts once its first layer has arrived and ends no
@@ -1025,6 +1157,110 @@ class Simulator {
     }
   }
 
+  // Multitask: (payload, sending slice, receiving slice) → devices that have sent it, and the latest arrival.
+  std::map<std::tuple<int, int, int>, std::pair<int, double>> slice_arrivals_;
+  std::vector<CollectiveState> sync_groups_;
+  std::vector<double> device_optimizer_seconds_;
+
+  void run_slice(int d, const Instruction& in) {
+    Device& dev = devices_[d];
+    const SliceCost& c = slice_costs_[in.stage];
+    const bool forward = in.op == OpKind::kForward;
+    const PassSeconds& p = forward ? c.forward : c.backward;
+    const double start = std::max(dev.compute_free, dev.ready);
+    account_gap(dev, start, false, false);
+    const double end = start + p.total();
+    dev.time.compute += p.compute;
+    dev.time.tp_comm += p.comm;
+    dev.compute_free = end;
+    dev.ready = 0;
+    dev.any_compute = true;
+    dev.last_pass_end = end;
+    record(d, TimelineEvent::Stream::kCompute, in, start, end, p.comm);
+    if (forward) {
+      ++dev.forwards_done;
+      dev.activation_bytes += c.activation_bytes;
+      // The slice's FLOPs once, on its first device.
+      if (s_.tasks.slices[in.stage].devices.front() == d) {
+        model_flops_ += c.model_flops;
+        hardware_flops_ += c.model_flops;
+      }
+    } else {
+      dev.activation_bytes -= c.activation_bytes;
+    }
+    note_memory(d, end);
+  }
+
+  bool one_node(const std::vector<int32_t>& a, const std::vector<int32_t>& b) const {
+    const int per_node = std::max(1, cluster_.device.devices_per_node);
+    const int node = a.front() / per_node;
+    return a.back() / per_node == node && b.front() / per_node == node && b.back() / per_node == node;
+  }
+
+  void send_between_slices(int d, const Instruction& in, std::deque<int>& work) {
+    Device& dev = devices_[d];
+    const bool activation = in.payload == Payload::kActivation;
+    const TaskSlice& from = s_.tasks.slices[in.stage];
+    const TaskSlice& to = s_.tasks.slices[in.peer_stage];
+    // An activation is the sender's output; a gradient the receiver's output's, sent back.
+    const double bytes = activation ? slice_costs_[in.stage].send_bytes : slice_costs_[in.peer_stage].send_bytes;
+    const int64_t distance = one_node(from.devices, to.devices) ? 1 : std::max(1, cluster_.device.devices_per_node);
+    const double seconds = p2p_seconds(bytes, cluster_, eff_, distance);
+    double start, end;
+    if (shares_compute()) {
+      start = dev.compute_free;
+      end = start + seconds;
+      const double lost = cluster_.device.communication_compute_slowdown * seconds;
+      dev.time.pp_other += lost;
+      dev.compute_free = start + lost;
+    } else {
+      start = std::max(dev.p2p_free, dev.compute_free);
+      end = start + seconds;
+      dev.p2p_free = end;
+    }
+    record(d, TimelineEvent::Stream::kP2p, in, start, end);
+    auto& arrival = slice_arrivals_[{activation ? 0 : 1, in.stage, in.peer_stage}];
+    ++arrival.first;
+    arrival.second = std::max(arrival.second, end);
+    if (arrival.first == static_cast<int>(from.devices.size())) {
+      for (int peer : to.devices) {
+        if (devices_[peer].waiting) work.push_back(peer);
+      }
+    }
+  }
+
+  // A sync group's all-reduce: once every device of the group has reached it, after the collectives each of
+  // them already runs; it never blocks a program.
+  void arrive_sync_group(int d, const Instruction& in, std::deque<int>& work) {
+    const SyncGroupSpec& group = s_.tasks.sync_groups[in.stage];
+    CollectiveState& c = sync_groups_[in.stage];
+    c.ready = std::max(c.ready, devices_[d].compute_free);
+    if (++c.arrived < static_cast<int>(group.devices.size())) return;
+    double bytes = 0;
+    for (const auto& [component, layer] : group.layers) {
+      if (model_.components[component].trainable) {
+        bytes += activation_element_bytes(options_.dtype) *
+                 static_cast<double>(model_.components[component].layers[layer].parameters());
+      }
+    }
+    c.start = c.ready;
+    for (int member : group.devices) c.start = std::max(c.start, devices_[member].coll_free);
+    const bool local = one_node(group.devices, group.devices);
+    const DeviceGroupShape shape{static_cast<int64_t>(group.devices.size()),
+                                 local ? 1 : std::max(1, cluster_.device.devices_per_node)};
+    c.end = c.start + (group.devices.size() > 1 && bytes > 0
+                           ? collective_seconds(CollectiveOp::kAllReduce, bytes, cluster_, eff_, shape)
+                           : 0.0);
+    c.resolved = true;
+    for (int member : group.devices) {
+      Device& m = devices_[member];
+      m.coll_free = c.end;
+      m.grads_ready = std::max(m.grads_ready, c.end);
+      if (!shares_compute()) record(member, TimelineEvent::Stream::kCollective, in, c.start, c.end);
+      if (m.waiting) work.push_back(member);
+    }
+  }
+
   struct WaveState {
     int arrived = 0;
     double release = 0;
@@ -1052,6 +1288,18 @@ class Simulator {
     const int device_count = replicas_ * pp_;
     devices_.resize(device_count);
     arrivals_.assign(replicas_, std::vector<double>(2 * s_.stages.size() * s_.micro_batches, -1.0));
+    if (s_.tasks.present()) {
+      sync_groups_.assign(s_.tasks.sync_groups.size(), {});
+      device_optimizer_seconds_.assign(pp_, 0);
+      const double bandwidth = cluster_.device.memory_bytes_per_second * eff_.memory;
+      for (int r = 0; r < pp_; ++r) {
+        for (const auto& [key, params] : multitask_device_parameters(s_, model_, r)) {
+          if (model_.components[key.first].trainable) {
+            device_optimizer_seconds_[r] += kOptimizerStepBytesPerParameter * static_cast<double>(params) / bandwidth;
+          }
+        }
+      }
+    }
     if (s_.encoder.present()) {
       encoder_arrivals_.assign(replicas_, std::vector<double>(static_cast<size_t>(2) * s_.encoder.pipelines *
                                                                   s_.encoder.pp * encoder_max_micro_batches_, -1.0));
@@ -1066,7 +1314,9 @@ class Simulator {
       int64_t k = 0;
       int forwards = 0;
       for (size_t i = 0; i < program.size(); ++i) {
-        if (program[i].op == OpKind::kCollective && program[i].encoder_pipeline < 0) collective_index_[r][i] = k++;
+        if (program[i].op == OpKind::kCollective && program[i].encoder_pipeline < 0 && !s_.tasks.present()) {
+          collective_index_[r][i] = k++;
+        }
         if (program[i].op == OpKind::kForward) ++forwards;
       }
       collectives_[r].assign(static_cast<size_t>(k), {});
@@ -1132,7 +1382,11 @@ class Simulator {
     double iteration = step_start;
     std::vector<double> step_seconds(pp_, 0);
     for (int r = 0; r < pp_; ++r) {
-      for (int chunk = 0; chunk < l.vpp; ++chunk) step_seconds[r] += stages_[chunk * pp_ + r].optimizer_seconds;
+      if (s_.tasks.present()) {
+        step_seconds[r] = device_optimizer_seconds_[r];
+      } else {
+        for (int chunk = 0; chunk < l.vpp; ++chunk) step_seconds[r] += stages_[chunk * pp_ + r].optimizer_seconds;
+      }
       if (s_.encoder.present()) step_seconds[r] += encoder_stages_[s_.encoder.stage_on_rank(l, r)].optimizer_seconds;
       iteration = std::max(iteration, step_start + step_seconds[r]);
       out.optimizer_seconds = std::max(out.optimizer_seconds, step_seconds[r]);

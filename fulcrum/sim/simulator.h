@@ -2,6 +2,7 @@
 #define FULCRUM_SIM_SIMULATOR_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ TokenBatch component_batch(const ModelSpec& model, int component, const MicroBat
 // Parameters, gradients and optimizer state on one device of pipeline rank `rank` (all its chunks), as the
 // simulator counts them.
 double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int rank);
+
+// In a multitask schedule: the parameters a device keeps, per (component, layer), its tensor-parallel share.
+std::map<std::pair<int, int>, int64_t> multitask_device_parameters(const Schedule& schedule, const ModelSpec& model,
+                                                                   int device);
 
 struct SimOptions {
   // Keep the timeline (compute and communication intervals, memory) of one pipeline replica: the replica of
@@ -135,6 +140,12 @@ struct SimResult {
 // is its first tensor slice's. Encoder activations are not counted in memory (Optimus leaves them out too);
 // encoder state is. Encoder collectives run on the collective stream and never block a program, on any kind
 // of device; the optimizer step waits for them.
+//
+// With a multitask section (Spindle), every program is one device's: each slice it runs takes the slice's layers'
+// forward (or backward) over all its micro-batches on its share of the sequences; a slice's input is there when
+// every device of the sending slice has sent its share; each sync group all-reduces its layers' whole gradients
+// (a tensor-parallel share is less: an upper bound) on the collective stream once all its devices have
+// reached it, and each device's optimizer step covers the parameters it keeps. `loads` are not used.
 // Throws InputError when the loads do not fit the schedule or the model does not fit the stages.
 SimResult simulate(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,
                    const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,

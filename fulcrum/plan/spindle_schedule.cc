@@ -1,0 +1,144 @@
+#include "fulcrum/plan/spindle_schedule.h"
+
+#include <algorithm>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+
+namespace fulcrum {
+namespace {
+
+Instruction op(OpKind kind, int slice) {
+  Instruction in;
+  in.op = kind;
+  in.stage = slice;
+  in.micro_batch = 0;
+  return in;
+}
+
+Instruction transfer(OpKind kind, Payload payload, int slice, int peer) {
+  Instruction in = op(kind, slice);
+  in.payload = payload;
+  in.peer_stage = peer;
+  return in;
+}
+
+Instruction boundary(int wave) {
+  Instruction in;
+  in.op = OpKind::kWaveBoundary;
+  in.wave = wave;
+  return in;
+}
+
+}  // namespace
+
+Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves) {
+  if (!in.graph || !in.cluster) throw InputError("a multitask schedule needs its task graph and cluster");
+  if (waves.empty()) throw InputError("a multitask schedule needs at least one wave");
+  const int devices = static_cast<int>(in.cluster->devices);
+  Schedule s;
+  s.kind = PipelineKind::kCustom;
+  s.layout.pp = devices;
+  s.layout.state_sharding = StateSharding::kZero0;  // every device keeps whole states of what it runs
+  s.micro_batches = 1;
+  s.model_layers = flattened_layers(in.graph->model);
+  s.recompute.assign(static_cast<size_t>(s.model_layers), Recompute::kNone);
+  MultitaskSection& t = s.tasks;
+  t.waves = static_cast<int32_t>(waves.size());
+  // Slices in wave order; each one's producers (the slices whose output it takes).
+  std::vector<int> last_of_op(graph.ops.size(), -1);
+  std::vector<std::vector<int>> producers, consumers;
+  std::vector<std::vector<int>> slices_of_wave(waves.size());
+  for (size_t w = 0; w < waves.size(); ++w) {
+    for (const PlacedSlice& p : waves[w].slices) {
+      const MetaOp& m = graph.ops[p.metaop];
+      TaskSlice sl;
+      sl.task = m.task;
+      sl.component = m.component;
+      sl.first_layer = static_cast<int32_t>(m.first_layer + p.first_layer);
+      sl.layers = static_cast<int32_t>(p.layers);
+      sl.sequences = m.sequences;
+      sl.tokens = m.tokens;
+      sl.micro_batches = static_cast<int32_t>(m.micro_batches);
+      sl.dp = p.dp;
+      sl.tp = p.tp;
+      sl.wave = static_cast<int32_t>(w);
+      sl.devices.assign(p.device_ids.begin(), p.device_ids.end());
+      const int index = static_cast<int>(t.slices.size());
+      std::vector<int> from;
+      if (last_of_op[p.metaop] >= 0) {
+        from.push_back(last_of_op[p.metaop]);
+      } else {
+        for (int input : m.inputs) {
+          if (last_of_op[input] < 0) throw InputError("a MetaOp is placed before one of its inputs");
+          from.push_back(last_of_op[input]);
+        }
+      }
+      producers.push_back(from);
+      consumers.emplace_back();
+      for (int f : from) consumers[f].push_back(index);
+      last_of_op[p.metaop] = index;
+      slices_of_wave[w].push_back(index);
+      t.slices.push_back(std::move(sl));
+    }
+  }
+  for (const SyncGroup& g : sync_groups_of(in, graph, waves)) {
+    if (g.device_ids.size() < 2) continue;  // nothing to synchronise on one device
+    SyncGroupSpec spec;
+    spec.devices.assign(g.device_ids.begin(), g.device_ids.end());
+    for (const auto& [component, layer] : g.layers) spec.layers.emplace_back(component, layer);
+    t.sync_groups.push_back(std::move(spec));
+  }
+  auto moves = [&](int a, int b) { return t.slices[a].devices != t.slices[b].devices; };
+  auto on = [&](int slice, int device) {
+    const auto& d = t.slices[slice].devices;
+    return std::binary_search(d.begin(), d.end(), device);
+  };
+  const int wave_count = t.waves;
+  s.programs.resize(devices);
+  for (int d = 0; d < devices; ++d) {
+    auto& program = s.programs[d].instructions;
+    for (int w = 0; w < wave_count; ++w) {
+      for (int slice : slices_of_wave[w]) {
+        if (!on(slice, d)) continue;
+        for (int p : producers[slice]) {
+          if (moves(p, slice)) program.push_back(transfer(OpKind::kRecv, Payload::kActivation, slice, p));
+        }
+        program.push_back(op(OpKind::kForward, slice));
+        for (int c : consumers[slice]) {
+          if (moves(slice, c)) program.push_back(transfer(OpKind::kSend, Payload::kActivation, slice, c));
+        }
+      }
+      program.push_back(boundary(w));
+    }
+    for (int w = wave_count - 1; w >= 0; --w) {
+      const auto& in_wave = slices_of_wave[w];
+      for (auto it = in_wave.rbegin(); it != in_wave.rend(); ++it) {
+        const int slice = *it;
+        if (!on(slice, d)) continue;
+        for (int c : consumers[slice]) {
+          if (moves(slice, c)) program.push_back(transfer(OpKind::kRecv, Payload::kGradient, slice, c));
+        }
+        program.push_back(op(OpKind::kBackward, slice));
+        for (int p : producers[slice]) {
+          if (moves(p, slice)) program.push_back(transfer(OpKind::kSend, Payload::kGradient, slice, p));
+        }
+      }
+      program.push_back(boundary(2 * wave_count - 1 - w));
+    }
+    for (size_t g = 0; g < t.sync_groups.size(); ++g) {
+      const auto& ids = t.sync_groups[g].devices;
+      if (!std::binary_search(ids.begin(), ids.end(), d)) continue;
+      Instruction c;
+      c.op = OpKind::kCollective;
+      c.group = DeviceGroup::kSync;
+      c.collective = CollectiveKind::kAllReduce;
+      c.tensor = CollectiveTensor::kGradients;
+      c.stage = static_cast<int32_t>(g);
+      program.push_back(c);
+    }
+  }
+  return s;
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,133 @@
+#include "fulcrum/plan/spindle_schedule.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/sched/schedule_json.h"
+#include "fulcrum/sched/validate.h"
+#include "fulcrum/sim/simulator.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Planned {
+  TaskGraph graph;
+  ClusterSpec cluster;
+  AnalyticCost cost;
+  MultitaskInputs in;
+  MultitaskPlan plan;
+
+  Planned(const std::string& tasks, const std::string& devices)
+      : graph(task_graph_preset(tasks)), cluster(cluster_preset(devices)), cost(cluster) {
+    in = {&graph, &cluster, &cost, cost.efficiency()};
+    plan = plan_multitask(in);
+  }
+  SimResult run(const Schedule& s) const {
+    return simulate(s, graph.model, cluster, cost, in.efficiency, MicroBatchLoads{});
+  }
+};
+
+// The plan's waves and every baseline's arrangement become schedules that validate and simulate; the simulated
+// iteration is at least the planned compute (its forward and backward waves each as long as the slowest slice)
+// and close to the planner's own estimate.
+TEST(WavesSchedule, ThePlanAndItsBaselinesValidateAndSimulate) {
+  for (const auto& [tasks, devices] : {std::pair{"multitask-clip-4", "a800:8"}, std::pair{"multitask-clip-10", "a800:16"},
+                                       std::pair{"qwen-val", "a800:32"}}) {
+    Planned p(tasks, devices);
+    const MultitaskBaselines base = multitask_baselines(p.in, p.plan);
+    const std::pair<std::vector<PlannedWave>, double> arrangements[] = {
+        {p.plan.waves, p.plan.iteration_seconds},
+        {sequential_waves(p.in, p.plan), base.sequential.iteration_seconds},
+        {per_task_waves(p.in, p.plan), base.per_task.iteration_seconds},
+        {task_greedy_waves(p.in, p.plan), base.task_greedy.iteration_seconds}};
+    for (const auto& [waves, estimate] : arrangements) {
+      const Schedule s = waves_schedule(p.in, p.plan.graph, waves);
+      ASSERT_NO_THROW(validate(s)) << tasks;
+      const SimResult r = p.run(s);
+      double compute = 0;
+      for (const PlannedWave& w : waves) compute += w.seconds;
+      EXPECT_GE(r.iteration_seconds, 0.99 * compute) << tasks;
+      // The simulator times forward and backward waves apart and adds the optimizer step; the planner does not.
+      EXPECT_NEAR(r.iteration_seconds, estimate, 0.25 * estimate) << tasks;
+      EXPECT_GT(r.model_flops, 0);
+      // Written and read back, the same run.
+      const Schedule back = schedule_from_json(schedule_to_json(s), "waves.json");
+      EXPECT_EQ(p.run(back).iteration_seconds, r.iteration_seconds);
+    }
+  }
+}
+
+// Every plan of the same model does the same work: the model FLOPs do not depend on the arrangement.
+TEST(WavesSchedule, EveryArrangementDoesTheSameWork) {
+  Planned p("multitask-clip-7", "a800:16");
+  const double planned = p.run(waves_schedule(p.in, p.plan.graph, p.plan.waves)).model_flops;
+  for (const auto& waves : {sequential_waves(p.in, p.plan), per_task_waves(p.in, p.plan), task_greedy_waves(p.in, p.plan)}) {
+    EXPECT_NEAR(p.run(waves_schedule(p.in, p.plan.graph, waves)).model_flops, planned, 1e-9 * planned);
+  }
+}
+
+class BrokenWaves : public ::testing::Test {
+ protected:
+  BrokenWaves() : p_("multitask-clip-4", "a800:8"), s_(waves_schedule(p_.in, p_.plan.graph, p_.plan.waves)) {}
+  std::string error_of(const Schedule& s) const {
+    try {
+      validate(s);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  Planned p_;
+  Schedule s_;
+};
+
+TEST_F(BrokenWaves, AForwardOutsideItsWave) {
+  Schedule s = s_;
+  auto& program = s.programs[0].instructions;
+  const auto boundary = std::find_if(program.begin(), program.end(),
+                                     [](const Instruction& in) { return in.op == OpKind::kWaveBoundary; });
+  ASSERT_NE(boundary, program.begin());
+  std::iter_swap(boundary, boundary - 1);
+  EXPECT_FALSE(error_of(s).empty());
+}
+
+TEST_F(BrokenWaves, ASliceOnADeviceItDoesNotHold) {
+  Schedule s = s_;
+  s.tasks.slices[0].devices = {0};
+  s.tasks.slices[0].dp = 1;
+  s.tasks.slices[0].tp = 1;
+  EXPECT_FALSE(error_of(s).empty());
+}
+
+TEST_F(BrokenWaves, AReceiveWithoutItsSend) {
+  Schedule s = s_;
+  for (auto& program : s.programs) {
+    auto& ins = program.instructions;
+    const auto send = std::find_if(ins.begin(), ins.end(), [](const Instruction& in) { return in.op == OpKind::kSend; });
+    if (send == ins.end()) continue;
+    ins.erase(send);
+    EXPECT_THAT(error_of(s), HasSubstr("sends its"));
+    return;
+  }
+  GTEST_SKIP() << "no transfer in this plan";
+}
+
+TEST_F(BrokenWaves, AMissingSyncCollective) {
+  Schedule s = s_;
+  if (s.tasks.sync_groups.empty()) GTEST_SKIP() << "no shared parameters across devices";
+  for (auto& program : s.programs) {
+    auto& ins = program.instructions;
+    const auto c = std::find_if(ins.begin(), ins.end(), [](const Instruction& in) { return in.op == OpKind::kCollective; });
+    if (c == ins.end()) continue;
+    ins.erase(c);
+    EXPECT_THAT(error_of(s), HasSubstr("is missing on device"));
+    return;
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum
