@@ -1,6 +1,7 @@
 // `fulcrum multitask`: Spindle's wavefront plan of a multi-task model, against running it as others do.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -36,9 +37,17 @@ struct Timed {
   SimResult simulated;
 };
 
+double peak_bytes(const SimResult& r) {
+  double most = 0;
+  for (double b : r.peak_memory_bytes) most = std::max(most, b);
+  return most;
+}
+
 Json timed_json(const Timed& t) {
   return {{"iteration_seconds", t.simulated.iteration_seconds},
           {"mfu", t.simulated.mfu},
+          {"peak_memory_bytes", peak_bytes(t.simulated)},
+          {"fits", !t.simulated.oom},
           {"estimate", {{"iteration_seconds", t.estimate.iteration_seconds},
                         {"compute_seconds", t.estimate.compute_seconds},
                         {"gradient_sync_seconds", t.estimate.gradient_sync_seconds}}}};
@@ -99,6 +108,7 @@ void run(const MultitaskOptions& o) {
     Json levels = Json::array();
     for (const LevelPlan& l : plan.levels) {
       levels.push_back({{"metaops", l.metaops.size()},
+                        {"serial", l.serial},
                         {"lower_bound_seconds", l.relaxation.makespan_seconds},
                         {"devices", l.relaxation.devices}});
     }
@@ -114,6 +124,9 @@ void run(const MultitaskOptions& o) {
                    {"compute_seconds", plan.compute_seconds},
                    {"lower_bound_seconds", plan.lower_bound_seconds},
                    {"mfu", simulated.mfu},
+                   {"peak_memory_bytes", peak_bytes(simulated)},
+                   {"usable_memory_bytes", simulated.usable_memory_bytes},
+                   {"fits", !simulated.oom},
                    {"estimate",
                     {{"iteration_seconds", plan.iteration_seconds},
                      {"transfer_seconds", plan.transfer_seconds},
@@ -138,11 +151,14 @@ void run(const MultitaskOptions& o) {
                            plan.waves.size(), plan.compute_seconds, plan.lower_bound_seconds,
                            100 * (plan.compute_seconds / plan.lower_bound_seconds - 1), iteration,
                            100 * simulated.mfu, plan.iteration_seconds);
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  std::cout << fmt::format("  peak memory {:.1f} GiB of {:.1f} GiB usable{}\n", peak_bytes(simulated) / kGiB,
+                           simulated.usable_memory_bytes / kGiB, simulated.oom ? ": does not fit" : "");
   for (const auto& [name, b] : {std::pair<const char*, const Timed&>{"sequential", sequential},
                                 {"per-task", per_task},
                                 {"task-greedy", task_greedy}}) {
-    std::cout << fmt::format("  {:<12} iteration {:.3f} s: {:.2f}× slower\n", name, b.simulated.iteration_seconds,
-                             b.simulated.iteration_seconds / iteration);
+    std::cout << fmt::format("  {:<12} iteration {:.3f} s: {:.2f}× slower{}\n", name, b.simulated.iteration_seconds,
+                             b.simulated.iteration_seconds / iteration, b.simulated.oom ? " (does not fit)" : "");
   }
   std::cout << fmt::format("  planned in {:.3f} s\n", plan.planner_seconds);
 }

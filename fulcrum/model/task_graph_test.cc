@@ -90,6 +90,8 @@ TEST(TaskGraph, PresetsHaveThePapersShapes) {
   EXPECT_EQ(qwen.tasks.size(), 3u);
   // 10.1B against the paper's 9.25B: the notes beside the preset say why.
   EXPECT_NEAR(static_cast<double>(qwen.model.parameters()) / 1e9, 10.1, 0.2);
+  EXPECT_NEAR(static_cast<double>(task_graph_preset("qwen-val-30b").model.parameters()) / 1e9, 35.0, 1.5);
+  EXPECT_NEAR(static_cast<double>(task_graph_preset("qwen-val-70b").model.parameters()) / 1e9, 74.8, 1.5);
   for (const std::string& name : task_graph_preset_names()) {
     const TaskGraph g = task_graph_preset(name);
     for (const Task& t : g.tasks) EXPECT_NO_THROW(topological_order(t)) << name;

@@ -124,7 +124,11 @@ TaskGraph multitask_clip(const std::string& name, int tasks) {
 // Tasks and batches (the paper gives neither): every sample carries 512 text tokens; a VL sample adds its image's
 // 256 tokens, an AL sample its clip's 750, a VAL sample both (1,518 LLM tokens). Batches 128 (VL), 64 (AL) and
 // 32 (VAL) samples an iteration: image-text data is the most plentiful, as in QWen-VL's pre-training mix.
-TaskGraph qwen_val(const std::string& name) {
+// The simulated scale-up (Appendix E, 256 GPUs) names QWen-VAL 30B and 70B without their LLMs: qwen-val-30b takes
+// Qwen1.5-32B (64 blocks, width 5120, 40 heads with 8 key/value heads, SwiGLU MLP 27392, vocabulary 152,064),
+// the public Qwen nearest 30B; qwen-val-70b takes Qwen-72B (80 blocks, width 8192, 64 heads, MLP 24576,
+// vocabulary 152,064). Their batches are 8× qwen-val's, for 8× the 32 GPUs qwen-val is measured on.
+TaskGraph qwen_val(const std::string& name, const DecoderShape& q, int64_t batch_scale) {
   TaskGraph g;
   g.name = name;
   g.model.name = "qwen-val";
@@ -140,23 +144,16 @@ TaskGraph qwen_val(const std::string& name) {
   g.model.components.push_back(mlp_projector("v-adapter", {1664, 4096, 4096, 2, NormKind::kLayerNorm, true}));
   g.model.components.push_back(patch_encoder("audio", 32, 1280, 20, 1500, 80 * 3 * 2));
   g.model.components.push_back(mlp_projector("a-adapter", {1280, 4096, 4096, 2, NormKind::kLayerNorm, true}));
-  DecoderShape q;
-  q.layers = 32;
-  q.hidden = 4096;
-  q.heads = 32;
-  q.ffn = 11008;
-  q.vocab = 151936;
-  q.qkv_bias = true;
   g.model.components.push_back(decoder_llm("llm", q));
   for (ComponentSpec& c : g.model.components) {
     if (c.name.ends_with("adapter")) c.role = ComponentRole::kProjector;
   }
   const int vision = 0, v_adapter = 1, audio = 2, a_adapter = 3, llm = 4;
-  Task vl{"vision-language", 128, 1, {}};
+  Task vl{"vision-language", 128 * batch_scale, 1, {}};
   vl.nodes = {{"vision", vision, 1024, 1, {}}, {"v-adapter", v_adapter, 256, 1, {0}}, {"llm", llm, 512 + 256, 1, {1}}};
-  Task al{"audio-language", 64, 1, {}};
+  Task al{"audio-language", 64 * batch_scale, 1, {}};
   al.nodes = {{"audio", audio, 1500, 1, {}}, {"a-adapter", a_adapter, 750, 1, {0}}, {"llm", llm, 512 + 750, 1, {1}}};
-  Task val{"vision-audio-language", 32, 1, {}};
+  Task val{"vision-audio-language", 32 * batch_scale, 1, {}};
   val.nodes = {{"vision", vision, 1024, 1, {}},
                {"v-adapter", v_adapter, 256, 1, {0}},
                {"audio", audio, 1500, 1, {}},
@@ -166,6 +163,18 @@ TaskGraph qwen_val(const std::string& name) {
   return g;
 }
 
+DecoderShape qwen(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t vocab) {
+  DecoderShape q;
+  q.layers = layers;
+  q.hidden = hidden;
+  q.heads = heads;
+  q.kv_heads = kv_heads;
+  q.ffn = ffn;
+  q.vocab = vocab;
+  q.qkv_bias = true;
+  return q;
+}
+
 using Builder = std::function<TaskGraph(const std::string&)>;
 
 const std::vector<std::pair<std::string, Builder>>& presets() {
@@ -173,7 +182,9 @@ const std::vector<std::pair<std::string, Builder>>& presets() {
       {"multitask-clip-10", [](const std::string& n) { return multitask_clip(n, 10); }},
       {"multitask-clip-7", [](const std::string& n) { return multitask_clip(n, 7); }},
       {"multitask-clip-4", [](const std::string& n) { return multitask_clip(n, 4); }},
-      {"qwen-val", [](const std::string& n) { return qwen_val(n); }},
+      {"qwen-val", [](const std::string& n) { return qwen_val(n, qwen(32, 4096, 32, 0, 11008, 151936), 1); }},
+      {"qwen-val-30b", [](const std::string& n) { return qwen_val(n, qwen(64, 5120, 40, 8, 27392, 152064), 8); }},
+      {"qwen-val-70b", [](const std::string& n) { return qwen_val(n, qwen(80, 8192, 64, 0, 24576, 152064), 8); }},
   };
   return *table;
 }

@@ -64,7 +64,26 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
     if (ops.empty()) continue;
     lp.relaxation = relax_level(ops, devices);
     lp.parts = bipoint(ops, lp.relaxation);
-    for (const Wave& w : wavefront(ops, lp.parts, devices, now)) {
+    std::vector<Wave> waves = wavefront(ops, lp.parts, devices, now);
+    // The level's MetaOps one after another, each on all the devices it can use: exact for curves that scale
+    // linearly, where the discretised waves lose to it. Kept when faster.
+    std::vector<Wave> serial;
+    double at = now;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const CurvePoint& p = *ops[k].curve->largest_within(devices);
+      Wave w;
+      w.start_seconds = at;
+      w.seconds = static_cast<double>(ops[k].layers) * p.seconds;
+      w.slices.push_back({static_cast<int>(k), p.devices, 0, ops[k].layers, w.seconds, -1});
+      at += w.seconds;
+      serial.push_back(std::move(w));
+    }
+    const double wave_end = waves.empty() ? now : waves.back().start_seconds + waves.back().seconds;
+    if (at < wave_end * (1 - 1e-12)) {
+      waves = std::move(serial);
+      lp.serial = true;
+    }
+    for (const Wave& w : waves) {
       PlannedWave pw;
       pw.level = static_cast<int>(level);
       pw.start_seconds = w.start_seconds;

@@ -17,8 +17,9 @@
 namespace fulcrum {
 
 // Spindle end to end (reference/spindle.md): a multi-task model's MetaOps, their scalability curves, each level's
-// devices allocated by the relaxation and the bi-point discretisation, the level's slices packed into waves, the
-// waves placed on devices, and the gradient synchronisation of shared parameters group by group.
+// devices allocated by the relaxation and the bi-point discretisation, the level's slices packed into waves (or,
+// where that is faster, its MetaOps one after another on all the devices), the waves placed on devices, and the
+// gradient synchronisation of shared parameters group by group.
 
 struct MultitaskInputs {
   const TaskGraph* graph = nullptr;
@@ -64,6 +65,9 @@ struct LevelPlan {
   std::vector<int> metaops;   // of the MetaGraph
   Relaxation relaxation;      // n* per MetaOp in `metaops`' order, and C*
   std::vector<LevelPart> parts;
+  // The level's MetaOps run one after another on all the devices they can use, because that beat its waves
+  // (curves that scale about linearly leave the discretised waves nothing to gain).
+  bool serial = false;
 };
 
 struct MultitaskPlan {

@@ -39,7 +39,8 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
   Schedule s;
   s.kind = PipelineKind::kCustom;
   s.layout.pp = devices;
-  s.layout.state_sharding = StateSharding::kZero0;  // every device keeps whole states of what it runs
+  // Optimizer state sharded over each layer's replicas (ZeRO-1), gradients all-reduced in full.
+  s.layout.state_sharding = StateSharding::kZero1;
   s.micro_batches = 1;
   s.model_layers = flattened_layers(in.graph->model);
   s.recompute.assign(static_cast<size_t>(s.model_layers), Recompute::kNone);

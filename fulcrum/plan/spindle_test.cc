@@ -105,6 +105,9 @@ TEST(Spindle, PlansWavesThatCoverEveryOperatorOnDisjointDevices) {
     EXPECT_NEAR(synced, 2.0 * static_cast<double>(graph.model.parameters()), 1.0);
     const MultitaskBaselines base = multitask_baselines(in, plan);
     EXPECT_GE(base.sequential.compute_seconds, plan.lower_bound_seconds * (1 - 1e-9));
+    // Each level keeps the faster of its waves and its MetaOps in turn on all devices: never slower than
+    // running every MetaOp in turn.
+    EXPECT_LE(plan.compute_seconds, base.sequential.compute_seconds * (1 + 1e-12)) << preset;
     EXPECT_GE(base.per_task.compute_seconds, plan.lower_bound_seconds * (1 - 1e-9));
     EXPECT_GT(base.task_greedy.compute_seconds, 0);
   }

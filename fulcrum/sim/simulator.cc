@@ -47,16 +47,27 @@ TokenBatch component_batch(const ModelSpec& model, int component, const MicroBat
   return {sequences, tokens, tokens * tokens / sequences};
 }
 
-std::map<std::pair<int, int>, int64_t> multitask_device_parameters(const Schedule& schedule, const ModelSpec& model,
-                                                                   int device) {
-  std::map<std::pair<int, int>, int64_t> held;
+std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const Schedule& schedule,
+                                                                          const ModelSpec& model, int device) {
+  std::map<std::pair<int, int>, HeldParameters> held;
+  std::map<std::pair<int, int>, std::vector<int32_t>> holders;
   for (const TaskSlice& sl : schedule.tasks.slices) {
-    if (!std::binary_search(sl.devices.begin(), sl.devices.end(), device)) continue;
+    const bool here = std::binary_search(sl.devices.begin(), sl.devices.end(), device);
     const ComponentSpec& c = model.components.at(sl.component);
     for (int32_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
-      int64_t& p = held[{sl.component, l}];
-      p = std::max(p, c.layers.at(l).parameters() / std::max(1, sl.tp));
+      auto& ids = holders[{sl.component, l}];
+      ids.insert(ids.end(), sl.devices.begin(), sl.devices.end());
+      if (!here) continue;
+      HeldParameters& h = held[{sl.component, l}];
+      h.parameters = std::max(h.parameters, c.layers.at(l).parameters() / std::max(1, sl.tp));
+      h.tp = std::max(h.tp, sl.tp);
     }
+  }
+  for (auto& [key, h] : held) {
+    auto& ids = holders[key];
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    h.replicas = std::max<int64_t>(1, static_cast<int64_t>(ids.size()) / h.tp);
   }
   return held;
 }
@@ -64,10 +75,12 @@ std::map<std::pair<int, int>, int64_t> multitask_device_parameters(const Schedul
 double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int rank) {
   const ParallelLayout& l = schedule.layout;
   if (schedule.tasks.present()) {
-    // Each device keeps the parameters (its tensor-parallel share) of every layer its slices run, once.
+    // Each device keeps the parameters (its tensor-parallel share) of every layer its slices run, once, their
+    // optimizer state sharded as the schedule says over the layer's replicas.
     double bytes = 0;
-    for (const auto& [key, params] : multitask_device_parameters(schedule, model, rank)) {
-      bytes += training_state_bytes(params, 1, l.state_sharding, model.components[key.first].trainable).total();
+    for (const auto& [key, h] : multitask_device_parameters(schedule, model, rank)) {
+      bytes += training_state_bytes(h.parameters, h.replicas, l.state_sharding, model.components[key.first].trainable)
+                   .total();
     }
     return bytes;
   }
@@ -1293,10 +1306,11 @@ class Simulator {
       device_optimizer_seconds_.assign(pp_, 0);
       const double bandwidth = cluster_.device.memory_bytes_per_second * eff_.memory;
       for (int r = 0; r < pp_; ++r) {
-        for (const auto& [key, params] : multitask_device_parameters(s_, model_, r)) {
-          if (model_.components[key.first].trainable) {
-            device_optimizer_seconds_[r] += kOptimizerStepBytesPerParameter * static_cast<double>(params) / bandwidth;
-          }
+        for (const auto& [key, h] : multitask_device_parameters(s_, model_, r)) {
+          if (!model_.components[key.first].trainable) continue;
+          const bool sharded = s_.layout.state_sharding != StateSharding::kZero0;
+          const double shard = static_cast<double>(h.parameters) / (sharded ? static_cast<double>(h.replicas) : 1.0);
+          device_optimizer_seconds_[r] += kOptimizerStepBytesPerParameter * shard / bandwidth;
         }
       }
     }

@@ -35,9 +35,16 @@ TokenBatch component_batch(const ModelSpec& model, int component, const MicroBat
 // simulator counts them.
 double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int rank);
 
-// In a multitask schedule: the parameters a device keeps, per (component, layer), its tensor-parallel share.
-std::map<std::pair<int, int>, int64_t> multitask_device_parameters(const Schedule& schedule, const ModelSpec& model,
-                                                                   int device);
+// In a multitask schedule: what a device keeps of each (component, layer) its slices run: its tensor-parallel
+// share (the largest of its slices'), and over how many replicas of that share the layer is held (devices
+// holding it / tensor parallelism), which a sharded optimizer state divides.
+struct HeldParameters {
+  int64_t parameters = 0;
+  int tp = 1;
+  int64_t replicas = 1;
+};
+std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const Schedule& schedule,
+                                                                          const ModelSpec& model, int device);
 
 struct SimOptions {
   // Keep the timeline (compute and communication intervals, memory) of one pipeline replica: the replica of
