@@ -54,6 +54,8 @@ class RuntimePlan:
         if "encoder" in schedule:
             raise ValueError(f"{where}: the runtime does not run encoder sections (encoders in the LLM's bubbles) "
                              "yet; plan with another strategy")
+        if "tasks" in schedule:
+            raise ValueError(f"{where}: the runtime does not run multitask schedules (waves of task slices) yet")
         text = json.dumps(schedule)
         _core.check_schedule(text, where)
         layout = schedule["layout"]
