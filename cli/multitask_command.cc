@@ -35,7 +35,13 @@ struct MultitaskOptions {
 struct Timed {
   BaselineTimes estimate;
   SimResult simulated;
+  Recompute recompute = Recompute::kNone;
+  Schedule schedule;
 };
+
+const char* recompute_label(Recompute r) {
+  return r == Recompute::kNone ? "none" : r == Recompute::kSelective ? "selective" : "full";
+}
 
 double peak_bytes(const SimResult& r) {
   double most = 0;
@@ -48,6 +54,7 @@ Json timed_json(const Timed& t) {
           {"mfu", t.simulated.mfu},
           {"peak_memory_bytes", peak_bytes(t.simulated)},
           {"fits", !t.simulated.oom},
+          {"recompute", recompute_label(t.recompute)},
           {"estimate", {{"iteration_seconds", t.estimate.iteration_seconds},
                         {"compute_seconds", t.estimate.compute_seconds},
                         {"gradient_sync_seconds", t.estimate.gradient_sync_seconds}}}};
@@ -65,21 +72,28 @@ void run(const MultitaskOptions& o) {
   in.dtype = training_dtype(o.dtype, cluster);
   const MultitaskPlan plan = plan_multitask(in);
   const MultitaskBaselines base = multitask_baselines(in, plan);
-  // Every arrangement as a schedule, run by the simulator: the plan's timeline kept for --trace.
-  SimOptions options;
-  options.dtype = in.dtype;
-  auto run_waves = [&](const std::vector<PlannedWave>& waves, bool timeline) {
-    SimOptions o2 = options;
-    o2.timeline = timeline;
-    return simulate(waves_schedule(in, plan.graph, waves), graph.model, cluster, cost, in.efficiency,
-                    MicroBatchLoads{}, o2);
+  // Every arrangement as a schedule run by the simulator, with the least recomputation of the transformer blocks
+  // (none, selective, full) that fits in memory (full when none does); the plan's timeline kept for --trace.
+  auto run_waves = [&](const BaselineTimes& estimate, const std::vector<PlannedWave>& waves, bool timeline) {
+    SimOptions options;
+    options.dtype = in.dtype;
+    options.timeline = timeline;
+    Timed t{estimate, {}, Recompute::kNone, {}};
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      t.recompute = r;
+      t.schedule = waves_schedule(in, plan.graph, waves, r);
+      t.simulated = simulate(t.schedule, graph.model, cluster, cost, in.efficiency, MicroBatchLoads{}, options);
+      if (!t.simulated.oom) break;
+    }
+    return t;
   };
-  const Schedule schedule = waves_schedule(in, plan.graph, plan.waves);
-  options.timeline = !o.trace.empty();
-  const SimResult simulated = simulate(schedule, graph.model, cluster, cost, in.efficiency, MicroBatchLoads{}, options);
-  const Timed sequential{base.sequential, run_waves(sequential_waves(in, plan), false)};
-  const Timed per_task{base.per_task, run_waves(per_task_waves(in, plan), false)};
-  const Timed task_greedy{base.task_greedy, run_waves(task_greedy_waves(in, plan), false)};
+  const BaselineTimes planned{plan.compute_seconds, plan.gradient_sync_seconds, plan.iteration_seconds};
+  const Timed chosen = run_waves(planned, plan.waves, !o.trace.empty());
+  const SimResult& simulated = chosen.simulated;
+  const Schedule& schedule = chosen.schedule;
+  const Timed sequential = run_waves(base.sequential, sequential_waves(in, plan), false);
+  const Timed per_task = run_waves(base.per_task, per_task_waves(in, plan), false);
+  const Timed task_greedy = run_waves(base.task_greedy, task_greedy_waves(in, plan), false);
   const double iteration = simulated.iteration_seconds;
   const double speedup = iteration > 0 ? sequential.simulated.iteration_seconds / iteration : 0;
   if (!o.save_schedule.empty()) write_file_atomically(o.save_schedule, schedule_to_json(schedule));
@@ -127,6 +141,7 @@ void run(const MultitaskOptions& o) {
                    {"peak_memory_bytes", peak_bytes(simulated)},
                    {"usable_memory_bytes", simulated.usable_memory_bytes},
                    {"fits", !simulated.oom},
+                   {"recompute", recompute_label(chosen.recompute)},
                    {"estimate",
                     {{"iteration_seconds", plan.iteration_seconds},
                      {"transfer_seconds", plan.transfer_seconds},
@@ -152,8 +167,9 @@ void run(const MultitaskOptions& o) {
                            100 * (plan.compute_seconds / plan.lower_bound_seconds - 1), iteration,
                            100 * simulated.mfu, plan.iteration_seconds);
   constexpr double kGiB = 1024.0 * 1024 * 1024;
-  std::cout << fmt::format("  peak memory {:.1f} GiB of {:.1f} GiB usable{}\n", peak_bytes(simulated) / kGiB,
-                           simulated.usable_memory_bytes / kGiB, simulated.oom ? ": does not fit" : "");
+  std::cout << fmt::format("  peak memory {:.1f} GiB of {:.1f} GiB usable{}, recomputation {}\n",
+                           peak_bytes(simulated) / kGiB, simulated.usable_memory_bytes / kGiB,
+                           simulated.oom ? ": does not fit" : "", recompute_label(chosen.recompute));
   for (const auto& [name, b] : {std::pair<const char*, const Timed&>{"sequential", sequential},
                                 {"per-task", per_task},
                                 {"task-greedy", task_greedy}}) {

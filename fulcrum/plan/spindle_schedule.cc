@@ -32,7 +32,8 @@ Instruction boundary(int wave) {
 
 }  // namespace
 
-Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves) {
+Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves,
+                        Recompute recompute) {
   if (!in.graph || !in.cluster) throw InputError("a multitask schedule needs its task graph and cluster");
   if (waves.empty()) throw InputError("a multitask schedule needs at least one wave");
   const int devices = static_cast<int>(in.cluster->devices);
@@ -43,7 +44,7 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
   s.layout.state_sharding = StateSharding::kZero1;
   s.micro_batches = 1;
   s.model_layers = flattened_layers(in.graph->model);
-  s.recompute.assign(static_cast<size_t>(s.model_layers), Recompute::kNone);
+  s.recompute = block_recompute(in.graph->model, recompute);
   MultitaskSection& t = s.tasks;
   t.waves = static_cast<int32_t>(waves.size());
   // Slices in wave order; each one's producers (the slices whose output it takes).

@@ -15,7 +15,9 @@ namespace fulcrum {
 // of its output arrived and before sending its input's gradients back; then the all-reduce of each sync group
 // it belongs to. A slice's input is the previous slice of its MetaOp, or the last slices of the MetaOp's inputs;
 // between slices on the same devices nothing moves. The result passes validate().
-Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves);
+// `recompute`: of every transformer block of every component (one mode for every task that runs it).
+Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves,
+                        Recompute recompute = Recompute::kNone);
 
 }  // namespace fulcrum
 

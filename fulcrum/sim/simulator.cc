@@ -486,14 +486,22 @@ class Simulator {
         w.dtype = options_.dtype;
         w.pass = Pass::kForward;
         cost.forward += scaled(seconds_of(cost_.layer_cost(w)), micro);
+        // The layer's recomputation (one mode for every task that runs it) before its backward.
+        const Recompute rc = s_.recompute[flat];
+        if (rc != Recompute::kNone) {
+          w.pass = Pass::kRecompute;
+          w.recompute = rc;
+          cost.backward += scaled(seconds_of(cost_.layer_cost(w)), micro);
+          w.recompute = Recompute::kNone;
+          w.pass = Pass::kForward;
+        }
         if (c.trainable) {
           cost.backward += scaled(seconds_of(backward_cost(cost_, w)), micro);
         } else {
           w.pass = Pass::kBackwardInput;  // a frozen layer still passes the gradient of its input back
           cost.backward += scaled(seconds_of(cost_.layer_cost(w)), micro);
         }
-        cost.activation_bytes +=
-            micro * activation_bytes(spec, w.batch, sharding, Recompute::kNone, options_.dropout, options_.dtype);
+        cost.activation_bytes += micro * activation_bytes(spec, w.batch, sharding, rc, options_.dropout, options_.dtype);
         const TokenBatch whole{sl.sequences, sl.sequences * sl.tokens, sl.sequences * sl.tokens * sl.tokens};
         cost.model_flops += micro * model_flops(spec, whole, c.trainable);
         width = spec.hidden;
