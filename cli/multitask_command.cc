@@ -14,6 +14,7 @@
 #include "fulcrum/plan/spindle.h"
 #include "fulcrum/plan/spindle_schedule.h"
 #include "fulcrum/sched/schedule_json.h"
+#include "fulcrum/sched/validate.h"
 #include "fulcrum/sim/chrome_trace.h"
 #include "fulcrum/sim/simulator.h"
 
@@ -82,6 +83,7 @@ void run(const MultitaskOptions& o) {
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
       t.recompute = r;
       t.schedule = waves_schedule(in, plan.graph, waves, r);
+      validate(t.schedule, "multitask schedule");
       t.simulated = simulate(t.schedule, graph.model, cluster, cost, in.efficiency, MicroBatchLoads{}, options);
       if (!t.simulated.oom) break;
     }

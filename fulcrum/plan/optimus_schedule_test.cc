@@ -300,6 +300,58 @@ TEST_F(BrokenSchedule, InsideAPassWithoutThePass) {
   FAIL() << "no encoder kernels";
 }
 
+// A pass is over once its output has left: a kernel range of it after its send is refused.
+TEST_F(BrokenSchedule, AnEncoderPassThatGoesOnAfterItsOutputLeft) {
+  Schedule s = schedule_;
+  for (int r = 0; r < s.layout.pp; ++r) {
+    auto& p = s.programs[r].instructions;
+    for (size_t i = 1; i < p.size(); ++i) {
+      if (p[i].op != OpKind::kSend || p[i].encoder_pipeline < 0 || p[i].payload != Payload::kActivation) continue;
+      size_t last = i;
+      while (last-- > 0 && !(p[last].op == OpKind::kEncoderKernels && p[last].micro_batch == p[i].micro_batch &&
+                             p[last].encoder_pipeline == p[i].encoder_pipeline && p[last].pass == Pass::kForward)) {
+      }
+      if (last >= i || p[last].layer == p.front().layer) continue;
+      std::swap(p[last], p[i]);  // the send before the pass's last range
+      EXPECT_THAT(error_of(s), HasSubstr("runs after its pass's result was sent"));
+      return;
+    }
+  }
+  FAIL() << "no encoder activation send";
+}
+
+// What validate() cannot see without the model, the simulator refuses: a layer of an encoder stage that never
+// runs, and an encoder collective that not every replica of its stage reaches.
+TEST_F(BrokenSchedule, AnEncoderLayerLeftOutOrACollectiveMissing) {
+  Schedule without_layer = schedule_;
+  int32_t layer = -1;
+  for (const Program& p : schedule_.programs) {
+    for (const Instruction& in : p.instructions) {
+      if (in.op == OpKind::kEncoderKernels && layer < 0) layer = in.layer;
+    }
+  }
+  for (Program& p : without_layer.programs) {
+    std::erase_if(p.instructions, [&](const Instruction& in) { return in.op == OpKind::kEncoderKernels && in.layer == layer; });
+  }
+  try {
+    g_.simulate_on(without_layer, g_.in.loads);
+    ADD_FAILURE() << "a layer left out ran";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("never runs"));
+  }
+  if (schedule_.encoder.dp < 2) return;  // no encoder collectives to lose
+  Schedule without_collective = schedule_;
+  for (Program& p : without_collective.programs) {
+    const auto it = std::find_if(p.instructions.begin(), p.instructions.end(), [](const Instruction& in) {
+      return in.op == OpKind::kCollective && in.encoder_pipeline >= 0;
+    });
+    if (it == p.instructions.end()) continue;
+    p.instructions.erase(it);
+    break;
+  }
+  EXPECT_THROW(g_.simulate_on(without_collective, g_.in.loads), InputError);
+}
+
 TEST_F(BrokenSchedule, AMapThatFeedsAMicroBatchTwice) {
   Schedule s = schedule_;
   ASSERT_GE(s.encoder.micro_batches(0), 2);

@@ -340,10 +340,21 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
   const MetaGraph& g = plan.graph;
   const int devices = device_count(in);
   const int tasks = static_cast<int>(in.graph->tasks.size());
+  // A task's MetaOps all run on its devices: the most of them valid for every one (1 always is), so that nothing
+  // moves between them.
+  auto common_count = [&](int t, int n) {
+    for (int c = n; c > 1; --c) {
+      bool valid = true;
+      for (size_t m = 0; m < g.ops.size() && valid; ++m) valid = g.ops[m].task != t || plan.curves[m].at(c);
+      if (valid) return c;
+    }
+    return 1;
+  };
   auto task_seconds = [&](int t, int n) {
+    const int c = common_count(t, n);
     double s = 0;
     for (size_t m = 0; m < g.ops.size(); ++m) {
-      if (g.ops[m].task == t) s += static_cast<double>(g.ops[m].layers) * plan.curves[m].largest_within(n)->seconds;
+      if (g.ops[m].task == t) s += static_cast<double>(g.ops[m].layers) * plan.curves[m].at(c)->seconds;
     }
     return s;
   };
@@ -382,7 +393,8 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
       double task_time = 0;
       for (size_t m = 0; m < g.ops.size(); ++m) {
         if (g.ops[m].task != round_first + k) continue;
-        w.slices.push_back(whole_metaop(plan, static_cast<int>(m), *plan.curves[m].largest_within(given[k]), first));
+        const int c = common_count(round_first + k, given[k]);
+        w.slices.push_back(whole_metaop(plan, static_cast<int>(m), *plan.curves[m].at(c), first));
         task_time += w.slices.back().seconds;
       }
       w.seconds = std::max(w.seconds, task_time);

@@ -102,6 +102,7 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
 //                per task: the devices divided among one task's towers)
 //   task_greedy  every task at once on its own devices, given one valid step at a time to the task with the
 //                best marginal gain (T(n) − T(n')) / (n' − n); each task's MetaOps run in turn on its devices
+//                (as many of them as is valid for every one of its MetaOps, so that nothing moves between them)
 //                (with more tasks than devices, in rounds of as many tasks as devices)
 struct BaselineTimes {
   double compute_seconds = 0;

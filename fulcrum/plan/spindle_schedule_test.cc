@@ -158,6 +158,24 @@ TEST_F(BrokenWaves, AReceiveWithoutItsSend) {
   FAIL() << "no transfer between the two waves";
 }
 
+// Gradients are whole only once the backward waves are over; a sync group names layers the model has.
+TEST_F(BrokenWaves, ASyncBeforeTheBackwardOrOfLayersThatDoNotExist) {
+  Schedule early = s_;
+  ASSERT_FALSE(early.tasks.sync_groups.empty());
+  for (auto& program : early.programs) {
+    auto& ins = program.instructions;
+    const auto c = std::find_if(ins.begin(), ins.end(), [](const Instruction& in) { return in.op == OpKind::kCollective; });
+    if (c == ins.end()) continue;
+    std::rotate(ins.begin(), c, c + 1);
+    break;
+  }
+  EXPECT_THAT(error_of(early), HasSubstr("runs before the last backward wave is over"));
+  Schedule unknown = s_;
+  unknown.tasks.sync_groups[0].layers.push_back({0, 100000});
+  EXPECT_NO_THROW(validate(unknown));  // without the model, validate() cannot tell
+  EXPECT_THROW(p_.run(unknown), InputError);
+}
+
 TEST_F(BrokenWaves, AMissingSyncCollective) {
   Schedule s = s_;
   ASSERT_FALSE(s.tasks.sync_groups.empty());

@@ -211,6 +211,10 @@ class Validator {
         // Inside the LLM pass before it: nothing that waits may stand between them.
         if (in.inside_pass && !pass_open_) fail("{}: runs inside an LLM pass, but follows none", describe(r, i));
         uint8_t& state = encoder_state(j, st, k);
+        // A pass whose result has left (its output sent on, its gradients sent back or reduced) is over.
+        if (forward ? (state & kActivationSent) : ((state & kGradientSent) || reduced_.count({j, st}))) {
+          fail("{}: runs after its pass's result was sent", describe(r, i));
+        }
         const uint8_t received = forward ? kActivationReceived : kGradientReceived;
         const bool needs_input = forward ? st > 0 : true;
         if (needs_input && !(state & received)) {
@@ -248,6 +252,7 @@ class Validator {
           fail("{}: continues a layer that is not the one running", describe(r, i));
         }
         last_layer = {in.layer, true};
+        if (!forward && !(state & kBackwardInputDone)) ++backwards_begun_[{j, st}];
         state |= forward ? kForwardDone : kBackwardInputDone;
         break;
       }
@@ -285,11 +290,10 @@ class Validator {
           fail("{}: an encoder collective runs over the encoder's data-parallel group", describe(r, i));
         }
         if (in.tensor == CollectiveTensor::kGradients) {
-          for (int m = 0; m < e.micro_batches(j); ++m) {
-            if (!(encoder_state(j, st, m) & kBackwardInputDone)) {
-              fail("{}: reduces gradients before the backward of micro-batch {}", describe(r, i), m);
-            }
+          if (backwards_begun_[{j, st}] != e.micro_batches(j)) {
+            fail("{}: reduces gradients before the backward of every micro-batch", describe(r, i));
           }
+          reduced_.insert({j, st});
         }
         break;
       default:
@@ -647,6 +651,8 @@ class Validator {
   std::map<std::tuple<int, int, int, int>, int> next_kernel_;
   std::map<std::tuple<int, int, int>, std::pair<int, bool>> last_forward_layer_, last_backward_layer_;
   std::map<std::tuple<int, int, int>, int> forward_layers_, backward_layers_;
+  std::map<std::pair<int, int>, int> backwards_begun_;  // (pipeline, stage) → micro-batches whose backward began
+  std::set<std::pair<int, int>> reduced_;               // (pipeline, stage) whose gradients were reduced
   std::vector<std::vector<bool>> arrival_marks_;
 };
 

@@ -115,6 +115,8 @@ class MultitaskValidator {
             fail("{}: no such sync group (the schedule has {})", describe(r, i), t_.sync_groups.size());
           }
           if (!holds(t_.sync_groups[in.stage].devices, r)) fail("{}: this device is not in the group", describe(r, i));
+          // Gradients are whole once every backward wave is over.
+          if (crossed != boundaries) fail("{}: runs before the last backward wave is over", describe(r, i));
           if (!sync_seen_.insert({in.stage, r}).second) fail("{}: the group synchronises twice here", describe(r, i));
           continue;
         }
@@ -127,6 +129,7 @@ class MultitaskValidator {
           case OpKind::kForward:
             if (crossed != sl.wave) fail("{}: runs in wave {}, its slice's is {}", describe(r, i), crossed, sl.wave);
             if (!forward.insert(in.stage).second) fail("{}: the forward runs twice", describe(r, i));
+            ran_forward_.insert({in.stage, r});
             break;
           case OpKind::kBackward:
             if (crossed != backward_wave) {
@@ -134,6 +137,7 @@ class MultitaskValidator {
             }
             if (!forward.count(in.stage)) fail("{}: runs before the forward", describe(r, i));
             if (!backward.insert(in.stage).second) fail("{}: the backward runs twice", describe(r, i));
+            ran_backward_.insert({in.stage, r});
             break;
           case OpKind::kSend:
           case OpKind::kRecv: {
@@ -168,11 +172,12 @@ class MultitaskValidator {
         }
       }
       if (crossed != boundaries) fail("device {} crosses {} wave boundaries, not {}", r, crossed, boundaries);
-      // Every slice of this device ran, forward and backward.
-      for (int sidx = 0; sidx < slices; ++sidx) {
-        if (!holds(t_.slices[sidx].devices, r)) continue;
-        if (!forward.count(sidx)) fail("device {}: slice {} has no forward", r, sidx);
-        if (!backward.count(sidx)) fail("device {}: slice {} has no backward", r, sidx);
+    }
+    // Every slice ran on each of its devices, forward and backward.
+    for (int sidx = 0; sidx < slices; ++sidx) {
+      for (int d : t_.slices[sidx].devices) {
+        if (!ran_forward_.count({sidx, d})) fail("device {}: slice {} has no forward", d, sidx);
+        if (!ran_backward_.count({sidx, d})) fail("device {}: slice {} has no backward", d, sidx);
       }
     }
     for (size_t g = 0; g < t_.sync_groups.size(); ++g) {
@@ -247,6 +252,7 @@ class MultitaskValidator {
   const std::string& where_;
   std::map<std::tuple<int, int, int>, int> sends_, recvs_;  // (payload, sender, receiver) → devices
   std::set<std::pair<int, int>> sync_seen_;                 // (group, device)
+  std::set<std::pair<int, int>> ran_forward_, ran_backward_;  // (slice, device)
 };
 
 }  // namespace

@@ -338,6 +338,15 @@ class Simulator {
         fail("slice {}: tensor parallelism {} does not divide the heads of component '{}'", i, sl.tp, c.name);
       }
     }
+    for (size_t g = 0; g < s_.tasks.sync_groups.size(); ++g) {
+      for (const auto& [component, layer] : s_.tasks.sync_groups[g].layers) {
+        if (component < 0 || component >= static_cast<int>(model_.components.size()) || layer < 0 ||
+            layer >= static_cast<int>(model_.components[component].layers.size())) {
+          fail("sync group {} names layer {} of component {}, which model '{}' does not have", g, layer, component,
+               model_.name);
+        }
+      }
+    }
   }
 
   // What the simulator relies on beyond validate(): the section's shape and its map of micro-batches.
@@ -450,6 +459,7 @@ class Simulator {
     PassSeconds forward, backward;
     double activation_bytes = 0;  // kept from its forward to its backward
     double model_flops = 0;       // of the whole slice, every device together
+    double recompute_flops = 0;   // likewise, of its recomputation
     double send_bytes = 0;        // its output, one device's share
   };
   std::vector<SliceCost> slice_costs_;
@@ -504,6 +514,9 @@ class Simulator {
         cost.activation_bytes += micro * activation_bytes(spec, w.batch, sharding, rc, options_.dropout, options_.dtype);
         const TokenBatch whole{sl.sequences, sl.sequences * sl.tokens, sl.sequences * sl.tokens * sl.tokens};
         cost.model_flops += micro * model_flops(spec, whole, c.trainable);
+        if (rc != Recompute::kNone) {
+          cost.recompute_flops += micro * layer_flops(spec, Pass::kRecompute, whole, c.trainable, rc).total();
+        }
         width = spec.hidden;
       }
       cost.send_bytes = activation_element_bytes(options_.dtype) * micro * static_cast<double>(sl.sequences) *
@@ -816,6 +829,11 @@ class Simulator {
     w.dtype = options_.dtype;
     const LayerCost lc = in.pass == Pass::kBackward ? backward_cost(cost_, w) : cost_.layer_cost(w);
     const int kernels = lc.kernels.empty() ? 1 : static_cast<int>(lc.kernels.size());
+    if (in.pass == Pass::kForward && in.kernel_begin == 0) {
+      const double copies = replicas_ == 1 ? s_.layout.dp : 1;
+      model_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
+      hardware_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
+    }
     if (in.kernel_end > kernels) {
       fail("encoder pipeline {} micro-batch {}: layer {}'s {} pass has {} kernels, the schedule runs [{}, {})",
            in.encoder_pipeline, in.micro_batch, in.layer, pass_label(in.pass), kernels, in.kernel_begin, in.kernel_end);
@@ -829,11 +847,6 @@ class Simulator {
     }
     for (int k = in.kernel_begin; k < in.kernel_end; ++k) {
       (lc.kernels[k].kind == Kernel::Kind::kCompute ? p.compute : p.comm) += lc.kernels[k].seconds;
-    }
-    if (in.pass == Pass::kForward && in.kernel_begin == 0) {
-      const double copies = replicas_ == 1 ? s_.layout.dp : 1;
-      model_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
-      hardware_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
     }
     return p;
   }
@@ -1178,6 +1191,43 @@ class Simulator {
     }
   }
 
+  // Every used layer of each encoder stage ran its forward for every micro-batch with images, and a trained one
+  // its backward; every encoder collective was reached by all the devices that take part in it.
+  void check_encoder_complete() {
+    const EncoderSection& enc = s_.encoder;
+    if (!enc.present()) return;
+    for (int replica = 0; replica < replicas_; ++replica) {
+      for (int j = 0; j < enc.pipelines; ++j) {
+        for (int e = 0; e < enc.pp; ++e) {
+          for (const StageLayers& range : enc.stages[e]) {
+            for (int32_t layer = range.first_layer; layer < range.end_layer; ++layer) {
+              if (layer_class_[layer] < 0) continue;
+              const int c = layer_component_[layer];
+              for (int k = 0; k < enc.micro_batches(j); ++k) {
+                if (batch_for(c, load(replica, llm_micro_batch_of(j, k))).tokens <= 0) continue;
+                const bool forward = encoder_kernels_run_.count({replica, j, k, layer, static_cast<int>(Pass::kForward)});
+                const bool backward = encoder_kernels_run_.count({replica, j, k, layer, static_cast<int>(Pass::kBackward)});
+                if (!forward || (model_.components[c].trainable && !backward)) {
+                  fail("encoder pipeline {} micro-batch {}: layer {}'s {} never runs", j, k, layer,
+                       forward ? "backward" : "forward");
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    for (size_t e = 0; e < encoder_collectives_.size(); ++e) {
+      for (size_t k = 0; k < encoder_collectives_[e].size(); ++k) {
+        const CollectiveState& c = encoder_collectives_[e][k];
+        if (!c.resolved) {
+          fail("encoder stage {}'s collective {} is reached by {} of its {} devices", e, k, c.arrived,
+               replicas_ * enc.pipelines);
+        }
+      }
+    }
+  }
+
   // Multitask: (payload, sending slice, receiving slice) → devices that have sent it, and the latest arrival.
   std::map<std::tuple<int, int, int>, std::pair<int, double>> slice_arrivals_;
   std::vector<CollectiveState> sync_groups_;
@@ -1204,7 +1254,7 @@ class Simulator {
       // The slice's FLOPs once, on its first device.
       if (s_.tasks.slices[in.stage].devices.front() == d) {
         model_flops_ += c.model_flops;
-        hardware_flops_ += c.model_flops;
+        hardware_flops_ += c.model_flops + c.recompute_flops;
       }
     } else {
       dev.activation_bytes -= c.activation_bytes;
@@ -1377,6 +1427,7 @@ class Simulator {
              devices_[d].pc, op_kind_name(s_.programs[d % pp_].instructions[devices_[d].pc].op));
       }
     }
+    check_encoder_complete();
     // Every encoder layer pass that ran, ran whole: none of its kernels left out or run twice.
     for (const auto& [key, run] : encoder_kernels_run_) {
       if (run.first != run.second) {
@@ -1400,7 +1451,10 @@ class Simulator {
     for (double e : pipe_end) all_end = std::max(all_end, e);
     // The global gradient norm: every device's optimizer starts once every gradient is reduced.
     double step_start = 0;
-    for (const Device& dev : devices_) step_start = std::max({step_start, busiest_cursor(dev), dev.grads_ready});
+    for (const Device& dev : devices_) {
+      step_start = std::max({step_start, busiest_cursor(dev), dev.grads_ready});
+      for (double done : dev.encoder_done) step_start = std::max(step_start, done);
+    }
     double iteration = step_start;
     std::vector<double> step_seconds(pp_, 0);
     for (int r = 0; r < pp_; ++r) {
