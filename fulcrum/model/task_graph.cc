@@ -8,6 +8,7 @@
 #include <set>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/json_reader.h"
 #include "fulcrum/core/json_document.h"
 #include "fulcrum/core/text_file.h"
 #include "fulcrum/model/model_json.h"
@@ -19,28 +20,10 @@ namespace {
 using Json = nlohmann::json;
 
 // Every error names the file, then where in it.
-class Reader {
+class Reader : public JsonReader {
  public:
-  explicit Reader(const std::string& file) : file_(file) {}
+  using JsonReader::JsonReader;
 
-  template <typename... Args>
-  [[noreturn]] void fail(const std::string& where, fmt::format_string<Args...> format, Args&&... args) const {
-    throw InputError(fmt::format("{}: {}: {}", file_, where, fmt::format(format, std::forward<Args>(args)...)));
-  }
-
-  void only_keys(const Json& object, std::initializer_list<const char*> keys, const std::string& where) const {
-    if (!object.is_object()) fail(where, "expected an object");
-    for (const auto& [key, value] : object.items()) {
-      bool known = false;
-      for (const char* k : keys) known = known || key == k;
-      if (!known) fail(where, "unknown key \"{}\"", key.substr(0, 40));
-    }
-  }
-  const Json& member(const Json& object, const char* key, const std::string& where) const {
-    const auto it = object.find(key);
-    if (it == object.end()) fail(where, "missing key \"{}\"", key);
-    return *it;
-  }
   int64_t positive(const Json& j, const std::string& where) const {
     constexpr int64_t kMost = int64_t{1} << 40;
     if (!j.is_number_integer()) fail(where, "expected a positive integer");
@@ -67,7 +50,7 @@ class Reader {
     if (model.is_string()) {
       g.model = model_preset(model.get<std::string>());
     } else if (model.is_object()) {
-      g.model = model_from_json(model.dump(), file_ + ": model");
+      g.model = model_from_json(model.dump(), file() + ": model");
     } else {
       fail("model", "expected a model preset name or a model document");
     }
@@ -140,8 +123,6 @@ class Reader {
     return task;
   }
 
- private:
-  const std::string& file_;
 };
 
 }  // namespace

@@ -286,9 +286,9 @@ PlacedSlice whole_metaop(const MultitaskPlan& plan, int m, const CurvePoint& poi
   return s;
 }
 
-// The iteration of arranged waves as the planner estimates it: each wave as long as its busiest device's slices
-// (a device runs its slices of a wave one after another), with the transfers and synchronisation.
-BaselineTimes times_of(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves) {
+}  // namespace
+
+BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves) {
   BaselineTimes t;
   for (const PlannedWave& w : waves) {
     std::map<int, double> busy;
@@ -302,8 +302,6 @@ BaselineTimes times_of(const MultitaskInputs& in, const MetaGraph& g, const std:
   t.iteration_seconds = t.compute_seconds + transfers(in, g, waves) + t.gradient_sync_seconds;
   return t;
 }
-
-}  // namespace
 
 std::vector<PlannedWave> sequential_waves(const MultitaskInputs& in, const MultitaskPlan& plan) {
   check_inputs(in);
@@ -408,9 +406,9 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
 
 MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const MultitaskPlan& plan) {
   MultitaskBaselines out;
-  out.sequential = times_of(in, plan.graph, sequential_waves(in, plan));
-  out.per_task = times_of(in, plan.graph, per_task_waves(in, plan));
-  out.task_greedy = times_of(in, plan.graph, task_greedy_waves(in, plan));
+  out.sequential = estimate_waves(in, plan.graph, sequential_waves(in, plan));
+  out.per_task = estimate_waves(in, plan.graph, per_task_waves(in, plan));
+  out.task_greedy = estimate_waves(in, plan.graph, task_greedy_waves(in, plan));
   return out;
 }
 

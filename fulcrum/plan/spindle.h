@@ -115,6 +115,9 @@ struct MultitaskBaselines {
   BaselineTimes task_greedy;
 };
 MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const MultitaskPlan& plan);
+// The planner's estimate of any arranged waves: each wave as long as its busiest device's slices (a device runs
+// its slices of a wave one after another), with the transfers and gradient synchronisation.
+BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves);
 
 }  // namespace fulcrum
 

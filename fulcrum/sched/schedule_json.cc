@@ -8,6 +8,7 @@
 #include <set>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/json_reader.h"
 #include "fulcrum/core/json_document.h"
 
 namespace fulcrum {
@@ -81,14 +82,9 @@ Json instruction_json(const Instruction& in) {
 }
 
 // Reading: every error names the file and where in it.
-class Reader {
+class Reader : public JsonReader {
  public:
-  explicit Reader(const std::string& file) : file_(file) {}
-
-  template <typename... Args>
-  [[noreturn]] void fail(const std::string& where, fmt::format_string<Args...> format, Args&&... args) const {
-    throw InputError(fmt::format("{}: {}: {}", file_, where, fmt::format(format, std::forward<Args>(args)...)));
-  }
+  using JsonReader::JsonReader;
 
   int64_t integer(const Json& j, const std::string& where, int64_t low, int64_t high) const {
     if (!j.is_number_integer()) fail(where, "expected an integer");
@@ -104,19 +100,6 @@ class Reader {
   std::string string(const Json& j, const std::string& where) const {
     if (!j.is_string()) fail(where, "expected a string");
     return j.get<std::string>();
-  }
-  const Json& member(const Json& object, const char* key, const std::string& where) const {
-    auto it = object.find(key);
-    if (it == object.end()) fail(where, "missing key \"{}\"", key);
-    return *it;
-  }
-  void only_keys(const Json& object, std::initializer_list<const char*> keys, const std::string& where) const {
-    if (!object.is_object()) fail(where, "expected an object");
-    for (const auto& [key, value] : object.items()) {
-      bool known = false;
-      for (const char* k : keys) known = known || key == k;
-      if (!known) fail(where, "unknown key \"{}\"", key);
-    }
   }
 
   Instruction instruction(const Json& j, const std::string& where) const {
@@ -424,8 +407,6 @@ class Reader {
     return s;
   }
 
- private:
-  const std::string& file_;
 };
 
 }  // namespace
