@@ -88,7 +88,8 @@ void run(const MultitaskOptions& o) {
     }
     return t;
   };
-  const BaselineTimes planned{plan.compute_seconds, plan.gradient_sync_seconds, plan.iteration_seconds};
+  const BaselineTimes planned{plan.makespan_seconds, plan.compute_seconds, plan.gradient_sync_seconds,
+                              plan.iteration_seconds};
   const Timed chosen = run_waves(planned, plan.waves, !o.trace.empty());
   const SimResult& simulated = chosen.simulated;
   const Schedule& schedule = chosen.schedule;
@@ -140,8 +141,11 @@ void run(const MultitaskOptions& o) {
                    {"operators", plan.graph.operators},
                    {"metaops", plan.graph.ops.size()},
                    {"iteration_seconds", iteration},
-                   {"compute_seconds", plan.compute_seconds},
+                   {"arrangement", plan.arrangement},
+                   {"makespan_seconds", plan.makespan_seconds},
+                   {"wavefront_makespan_seconds", plan.wavefront_makespan_seconds},
                    {"lower_bound_seconds", plan.lower_bound_seconds},
+                   {"compute_seconds", plan.compute_seconds},
                    {"mfu", simulated.mfu},
                    {"peak_memory_bytes", peak_bytes(simulated)},
                    {"usable_memory_bytes", simulated.usable_memory_bytes},
@@ -166,10 +170,11 @@ void run(const MultitaskOptions& o) {
   std::cout << fmt::format("{}: {} tasks, {} operators in {} MetaOps over {} levels, on {} × {}\n", graph.name,
                            graph.tasks.size(), plan.graph.operators, plan.graph.ops.size(), plan.levels.size(),
                            cluster.devices, cluster.device.kind);
-  std::cout << fmt::format("  {} waves: compute {:.3f} s (bound {:.3f} s, {:+.1f}%); simulated iteration {:.3f} s, "
-                           "MFU {:.1f}% (planner's estimate {:.3f} s)\n",
-                           plan.waves.size(), plan.compute_seconds, plan.lower_bound_seconds,
-                           100 * (plan.compute_seconds / plan.lower_bound_seconds - 1), iteration,
+  std::cout << fmt::format("  wavefront makespan {:.3f} s (bound {:.3f} s, {:+.1f}%); kept: {}, {} waves, simulated "
+                           "iteration {:.3f} s, MFU {:.1f}% (planner's estimate {:.3f} s)\n",
+                           plan.wavefront_makespan_seconds, plan.lower_bound_seconds,
+                           100 * (plan.wavefront_makespan_seconds / plan.lower_bound_seconds - 1), plan.arrangement,
+                           plan.waves.size(), iteration,
                            100 * simulated.mfu, plan.iteration_seconds);
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   std::cout << fmt::format("  peak memory {:.1f} GiB of {:.1f} GiB usable{}, recomputation {}\n",

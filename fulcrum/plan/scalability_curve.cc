@@ -8,6 +8,8 @@
 #include <map>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/cost/dtype.h"
 
 namespace fulcrum {
 
@@ -48,6 +50,25 @@ ScalabilityCurve::ScalabilityCurve(std::vector<CurvePoint> points) : points_(std
   }
 }
 
+ScalabilityCurve ScalabilityCurve::from_fastest_per_count(const std::vector<CurvePoint>& fastest) {
+  std::vector<CurvePoint> points;
+  for (const CurvePoint& p : fastest) {
+    if (!points.empty() && p.seconds >= points.back().seconds) continue;  // no faster than fewer devices
+    points.push_back(p);
+  }
+  ScalabilityCurve curve(std::move(points));
+  curve.measured_ = fastest;
+  return curve;
+}
+
+const CurvePoint* ScalabilityCurve::measured_at(int devices) const {
+  if (measured_.empty()) return at(devices);
+  for (const CurvePoint& p : measured_) {
+    if (p.devices == devices) return &p;
+  }
+  return nullptr;
+}
+
 const CurvePoint* ScalabilityCurve::at(int devices) const {
   for (const CurvePoint& p : points_) {
     if (p.devices == devices) return &p;
@@ -85,11 +106,23 @@ double ScalabilityCurve::devices_for(double seconds) const {
 }
 
 ScalabilityCurve metaop_curve(const MetaOp& op, const ComponentSpec& component, const CostModel& cost,
-                              const ClusterSpec& cluster, int max_devices, Dtype dtype) {
+                              const ClusterSpec& cluster, int max_devices, const CurveOptions& options) {
+  const Dtype dtype = options.dtype;
+  const double gradient_bytes = component.trainable ? activation_element_bytes(dtype) *
+                                                          static_cast<double>(op.layer.parameters())
+                                                    : 0.0;
   const int per_node = std::max(1, cluster.device.devices_per_node);
   const int64_t heads = op.layer.kind == LayerKind::kTransformerBlock ? op.layer.heads : 0;
   const int64_t kv_heads = op.layer.kind == LayerKind::kTransformerBlock ? op.layer.kv_heads : 0;
-  auto seconds_on = [&](int dp, int tp) {
+  // The operator's share of its gradients' all-reduce over dp copies, 1/tp of them on each device.
+  auto sync_on = [&](int dp, int tp) {
+    if (gradient_bytes <= 0 || dp <= 1) return 0.0;
+    // The dp copies of each tensor-parallel shard sit tp devices apart.
+    return collective_seconds(CollectiveOp::kAllReduce, gradient_bytes / tp, cluster, options.efficiency,
+                              DeviceGroupShape{dp, tp}) /
+           std::max(1, options.sharers);
+  };
+  auto compute_on = [&](int dp, int tp) {
     const int64_t sequences = op.sequences / dp;
     LayerWork w;
     w.layer = &op.layer;
@@ -110,17 +143,15 @@ ScalabilityCurve metaop_curve(const MetaOp& op, const ComponentSpec& component, 
     for (int tp = 1; tp <= per_node && dp * tp <= max_devices; ++tp) {
       // Tensor parallelism splits whole heads (and key/value heads, or replicates them); other layers run whole.
       if (tp > 1 && (heads == 0 || heads % tp != 0 || (kv_heads % tp != 0 && tp % kv_heads != 0))) continue;
-      const CurvePoint p{dp * tp, seconds_on(dp, tp), dp, tp};
+      const double sync = sync_on(dp, tp);
+      const CurvePoint p{dp * tp, compute_on(dp, tp) + sync, dp, tp, sync};
       auto [it, added] = fastest.emplace(p.devices, p);
       if (!added && p.seconds < it->second.seconds) it->second = p;
     }
   }
   std::vector<CurvePoint> points;
-  for (const auto& [n, p] : fastest) {
-    if (!points.empty() && p.seconds >= points.back().seconds) continue;  // no faster than fewer devices
-    points.push_back(p);
-  }
-  return ScalabilityCurve(std::move(points));
+  for (const auto& [n, p] : fastest) points.push_back(p);
+  return ScalabilityCurve::from_fastest_per_count(points);
 }
 
 }  // namespace fulcrum

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/cost_model.h"
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/plan/metaop_graph.h"
@@ -20,6 +21,7 @@ struct CurvePoint {
   double seconds = 0;
   int dp = 1;  // how the count is used
   int tp = 1;
+  double gradient_sync_seconds = 0;  // of `seconds`: the operator's share of its gradients' all-reduce
 };
 
 class ScalabilityCurve {
@@ -28,8 +30,18 @@ class ScalabilityCurve {
   // Points in increasing device count with strictly falling seconds, the first on 1 device.
   // InputError otherwise.
   explicit ScalabilityCurve(std::vector<CurvePoint> points);
+  // From the fastest measurement of each valid count, increasing, the first on 1 device: the counts no faster
+  // than a smaller one are left out of the points and kept aside (measured_at(), widest()).
+  static ScalabilityCurve from_fastest_per_count(const std::vector<CurvePoint>& fastest);
 
   const std::vector<CurvePoint>& points() const { return points_; }
+  // The valid count with the most devices, even where it is slower than fewer: how a system that runs every
+  // component on the whole cluster (Megatron-LM, DeepSpeed) uses it. The last point unless made by
+  // from_fastest_per_count.
+  const CurvePoint& widest() const { return measured_.empty() ? points_.back() : measured_.back(); }
+  // Every valid count's point, those no faster than fewer devices included (a system that allocates whole
+  // tasks can still land on one), or nullptr when `devices` is not valid.
+  const CurvePoint* measured_at(int devices) const;
   // The point of exactly `devices`, or nullptr when it is not valid.
   const CurvePoint* at(int devices) const;
   // The most devices a point has up to `limit` (the fastest), or nullptr when none fits.
@@ -51,12 +63,26 @@ class ScalabilityCurve {
  private:
   std::vector<CurvePoint> points_;
   std::vector<int> envelope_;
+  std::vector<CurvePoint> measured_;  // from from_fastest_per_count
+};
+
+struct CurveOptions {
+  Dtype dtype = Dtype::kBf16;
+  DeviceEfficiency efficiency;  // of the links, for the gradient all-reduce
+  // MetaOps whose operators use the same parameters (a shared component's layer in several tasks): the
+  // all-reduce of those parameters is done once for all of them, so each carries this share of it.
+  int sharers = 1;
 };
 
 // T_m(n) from the cost model for n up to `max_devices`: every (dp, tp) split, the fastest kept for each n.
-// A trained component's operators run forward and backward; a frozen one's forward only.
+// A trained component's operators run forward and backward; a frozen one's forward only. A trained operator on
+// dp > 1 copies also carries its share of its gradients' all-reduce over them (1/tp of the layer's parameters
+// on each device, inside one node when the n devices fit in one, else over the network): the α-β model's
+// term that does not shrink as devices are added (reference/spindle.md §5). It is what makes a light
+// component with many parameters scale poorly, and it is paid in the gradient synchronisation after the
+// backward waves, which the planner has to weigh against compute.
 ScalabilityCurve metaop_curve(const MetaOp& op, const ComponentSpec& component, const CostModel& cost,
-                              const ClusterSpec& cluster, int max_devices, Dtype dtype = Dtype::kBf16);
+                              const ClusterSpec& cluster, int max_devices, const CurveOptions& options);
 
 }  // namespace fulcrum
 

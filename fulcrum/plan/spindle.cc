@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <tuple>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/collective_cost.h"
@@ -39,9 +41,17 @@ std::vector<ScalabilityCurve> curves_of(const MultitaskInputs& in, const MetaGra
       }
     }
     if (shared) continue;
+    CurveOptions options;
+    options.dtype = in.dtype;
+    options.efficiency = in.efficiency;
+    options.sharers = 0;  // the MetaOps running this one's first layer, itself included
+    for (const MetaOp& o : g.ops) {
+      options.sharers += o.component == op.component && o.first_layer <= op.first_layer &&
+                         op.first_layer < o.first_layer + o.layers;
+    }
     try {
       out.push_back(metaop_curve(op, in.graph->model.components[op.component], *in.cost, *in.cluster,
-                                 device_count(in), in.dtype));
+                                 device_count(in), options));
     } catch (const InputError& e) {
       const Task& task = in.graph->tasks[op.task];
       throw InputError(fmt::format("task '{}' node '{}': {}", task.name, task.nodes[op.node].name, e.what()));
@@ -50,9 +60,14 @@ std::vector<ScalabilityCurve> curves_of(const MultitaskInputs& in, const MetaGra
   return out;
 }
 
+// How each level runs: the faster (in the curves' terms) of its waves and its MetaOps one after another at their
+// fastest counts, or every level's MetaOps one after another at their fastest or their widest counts.
+enum class LevelChoice { kFasterOfWavesAndSerial, kSerialFastest, kSerialWidest };
+
 // The levels' waves from `now` on, for the MetaOps `wanted` selects; appends to `plan.levels` and `plan.waves`.
 double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curves, int devices,
-                   const std::vector<bool>& wanted, double now, MultitaskPlan& plan) {
+                   const std::vector<bool>& wanted, double now, MultitaskPlan& plan,
+                   LevelChoice choice = LevelChoice::kFasterOfWavesAndSerial) {
   for (size_t level = 0; level < g.levels.size(); ++level) {
     LevelPlan lp;
     std::vector<LevelOp> ops;
@@ -70,7 +85,8 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
     std::vector<Wave> serial;
     double at = now;
     for (size_t k = 0; k < ops.size(); ++k) {
-      const CurvePoint& p = *ops[k].curve->largest_within(devices);
+      const CurvePoint& p =
+          choice == LevelChoice::kSerialWidest ? ops[k].curve->widest() : *ops[k].curve->largest_within(devices);
       Wave w;
       w.start_seconds = at;
       w.seconds = static_cast<double>(ops[k].layers) * p.seconds;
@@ -79,7 +95,7 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
       serial.push_back(std::move(w));
     }
     const double wave_end = waves.empty() ? now : waves.back().start_seconds + waves.back().seconds;
-    if (at < wave_end * (1 - 1e-12)) {
+    if (choice != LevelChoice::kFasterOfWavesAndSerial || at < wave_end * (1 - 1e-12)) {
       waves = std::move(serial);
       lp.serial = true;
     }
@@ -95,9 +111,10 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
         ps.first_layer = s.first_layer;
         ps.layers = s.layers;
         ps.seconds = s.seconds;
-        const CurvePoint* point = curves[ps.metaop].at(s.devices);
+        const CurvePoint* point = curves[ps.metaop].measured_at(s.devices);
         ps.dp = point->dp;
         ps.tp = point->tp;
+        ps.gradient_sync_seconds = static_cast<double>(s.layers) * point->gradient_sync_seconds;
         pw.slices.push_back(std::move(ps));
       }
       now = w.start_seconds + w.seconds;
@@ -172,13 +189,30 @@ DeviceGroupShape group_shape(const std::vector<int>& ids, int per_node) {
   return {static_cast<int64_t>(ids.size()), one_node ? 1 : per_node};
 }
 
-// The busiest device's share of the groups' all-reduces.
-double gradient_sync(const MultitaskInputs& in, const std::vector<SyncGroup>& groups) {
-  std::vector<double> per_device(static_cast<size_t>(device_count(in)), 0);
-  for (const SyncGroup& group : groups) {
-    for (int d : group.device_ids) per_device[d] += group.seconds;
+// What of the groups' all-reduces outlasts the backward waves: each group starts once its backward wave is over
+// and its devices' earlier all-reduces are done (backward waves taken as two thirds of each wave's compute).
+double exposed_gradient_sync(const MultitaskInputs& in, const std::vector<double>& wave_compute,
+                             const std::vector<SyncGroup>& groups) {
+  const size_t waves = wave_compute.size();
+  double forward = 0;
+  for (double c : wave_compute) forward += c / 3;
+  // backward_end[w]: when the backward of forward wave w is over.
+  std::vector<double> backward_end(waves, forward);
+  double now = forward;
+  for (size_t k = waves; k-- > 0;) {
+    now += 2 * wave_compute[k] / 3;
+    backward_end[k] = now;
   }
-  return per_device.empty() ? 0 : *std::max_element(per_device.begin(), per_device.end());
+  std::vector<double> link_free(static_cast<size_t>(device_count(in)), 0);
+  double last = now;
+  for (const SyncGroup& group : groups) {
+    if (group.seconds <= 0) continue;
+    double start = waves > 0 ? backward_end[static_cast<size_t>(group.ready_wave)] : 0;
+    for (int d : group.device_ids) start = std::max(start, link_free[d]);
+    for (int d : group.device_ids) link_free[d] = start + group.seconds;
+    last = std::max(last, start + group.seconds);
+  }
+  return last - now;
 }
 
 // Activations into each wave from where they were made, forward and their gradients back: at each wave's start,
@@ -221,33 +255,50 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
   const ModelSpec& model = in.graph->model;
   const int per_node = std::max(1, in.cluster->device.devices_per_node);
   const double element = activation_element_bytes(in.dtype);
-  // (component, layer) → devices holding it.
-  std::map<std::pair<int, int>, std::vector<int>> holders;
-  for (const PlannedWave& w : waves) {
-    for (const PlacedSlice& s : w.slices) {
+  // (component, layer) → the first forward wave that runs it, the shards every slice's split refines (the gcd of
+  // their tensor parallelism), the devices.
+  struct Holder {
+    int first_wave = 0;
+    int tp = 0;
+    std::vector<int> ids;
+  };
+  std::map<std::pair<int, int>, Holder> holders;
+  for (size_t w = 0; w < waves.size(); ++w) {
+    for (const PlacedSlice& s : waves[w].slices) {
       const MetaOp& op = g.ops[s.metaop];
       for (int64_t l = 0; l < s.layers; ++l) {
-        auto& ids = holders[{op.component, static_cast<int>(op.first_layer + s.first_layer + l)}];
-        ids.insert(ids.end(), s.device_ids.begin(), s.device_ids.end());
+        auto [it, added] = holders.try_emplace({op.component, static_cast<int>(op.first_layer + s.first_layer + l)},
+                                               Holder{static_cast<int>(w), s.tp, {}});
+        Holder& h = it->second;
+        h.tp = std::gcd(h.tp, s.tp);
+        h.ids.insert(h.ids.end(), s.device_ids.begin(), s.device_ids.end());
       }
     }
   }
-  std::map<std::vector<int>, SyncGroup> pools;
-  for (auto& [key, ids] : holders) {
+  // Keyed by readiness (later forward waves complete first), then shards, then devices.
+  std::map<std::tuple<int, int, std::vector<int>>, SyncGroup> pools;
+  for (auto& [key, h] : holders) {
     const ComponentSpec& c = model.components[key.first];
     if (!c.trainable) continue;
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    SyncGroup& group = pools[ids];
-    group.device_ids = ids;
+    std::sort(h.ids.begin(), h.ids.end());
+    h.ids.erase(std::unique(h.ids.begin(), h.ids.end()), h.ids.end());
+    // A device holding the layer in a slice split more ways than h.tp holds part of the group's shard; the
+    // estimate all-reduces whole shards (an upper bound on the bytes).
+    SyncGroup& group = pools[{-h.first_wave, h.tp, h.ids}];
+    group.ready_wave = h.first_wave;
+    group.tp = h.tp;
+    group.device_ids = h.ids;
     group.layers.push_back(key);
-    group.gradient_bytes += element * static_cast<double>(c.layers[key.second].parameters());
+    group.gradient_bytes += element * static_cast<double>(c.layers[key.second].parameters()) / h.tp;
   }
   std::vector<SyncGroup> groups;
-  for (auto& [ids, group] : pools) {
-    if (ids.size() > 1 && group.gradient_bytes > 0) {
+  for (auto& [key, group] : pools) {
+    const std::vector<int>& ids = std::get<2>(key);
+    const int64_t copies = static_cast<int64_t>(ids.size()) / group.tp;
+    if (copies > 1 && group.gradient_bytes > 0) {
+      const DeviceGroupShape shape = group_shape(ids, per_node);
       group.seconds = collective_seconds(CollectiveOp::kAllReduce, group.gradient_bytes, *in.cluster, in.efficiency,
-                                         group_shape(ids, per_node));
+                                         {copies, shape.stride});
     }
     groups.push_back(std::move(group));
   }
@@ -261,13 +312,35 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
   plan.graph = contract(*in.graph);
   plan.curves = curves_of(in, plan.graph);
   const int devices = device_count(in);
-  plan.compute_seconds =
-      plan_levels(plan.graph, plan.curves, devices, std::vector<bool>(plan.graph.ops.size(), true), 0.0, plan);
-  place(plan.graph, devices, std::max(1, in.cluster->device.devices_per_node), plan.waves);
+  const int per_node = std::max(1, in.cluster->device.devices_per_node);
+  const std::vector<bool> all(plan.graph.ops.size(), true);
+  // The curves charge each operator its gradients' all-reduce in full, while the runtime overlaps it with the
+  // later backward waves: the waves are kept only where the whole estimate (compute, transfers, the exposed
+  // all-reduces) says they beat every level's MetaOps in turn, at their fastest or their widest counts.
+  BaselineTimes estimate;
+  for (LevelChoice choice :
+       {LevelChoice::kFasterOfWavesAndSerial, LevelChoice::kSerialFastest, LevelChoice::kSerialWidest}) {
+    MultitaskPlan candidate;
+    candidate.makespan_seconds = plan_levels(plan.graph, plan.curves, devices, all, 0.0, candidate, choice);
+    place(plan.graph, devices, per_node, candidate.waves);
+    const BaselineTimes e = estimate_waves(in, plan.graph, candidate.waves);
+    if (choice == LevelChoice::kFasterOfWavesAndSerial) plan.wavefront_makespan_seconds = candidate.makespan_seconds;
+    if (choice == LevelChoice::kFasterOfWavesAndSerial || e.iteration_seconds < estimate.iteration_seconds * (1 - 1e-9)) {
+      estimate = e;
+      plan.arrangement = choice == LevelChoice::kFasterOfWavesAndSerial ? "waves"
+                         : choice == LevelChoice::kSerialFastest    ? "fastest"
+                                                                     : "widest";
+      plan.levels = std::move(candidate.levels);
+      plan.waves = std::move(candidate.waves);
+      plan.makespan_seconds = candidate.makespan_seconds;
+      plan.lower_bound_seconds = candidate.lower_bound_seconds;
+    }
+  }
   plan.sync_groups = sync_groups_of(in, plan.graph, plan.waves);
-  plan.gradient_sync_seconds = gradient_sync(in, plan.sync_groups);
+  plan.compute_seconds = estimate.compute_seconds;
+  plan.gradient_sync_seconds = estimate.gradient_sync_seconds;
   plan.transfer_seconds = transfers(in, plan.graph, plan.waves);
-  plan.iteration_seconds = plan.compute_seconds + plan.transfer_seconds + plan.gradient_sync_seconds;
+  plan.iteration_seconds = estimate.iteration_seconds;
   plan.planner_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return plan;
 }
@@ -280,6 +353,7 @@ PlacedSlice whole_metaop(const MultitaskPlan& plan, int m, const CurvePoint& poi
   s.devices = point.devices;
   s.layers = plan.graph.ops[m].layers;
   s.seconds = static_cast<double>(s.layers) * point.seconds;
+  s.gradient_sync_seconds = static_cast<double>(s.layers) * point.gradient_sync_seconds;
   s.dp = point.dp;
   s.tp = point.tp;
   for (int d = first_device; d < first_device + point.devices; ++d) s.device_ids.push_back(d);
@@ -290,15 +364,21 @@ PlacedSlice whole_metaop(const MultitaskPlan& plan, int m, const CurvePoint& poi
 
 BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves) {
   BaselineTimes t;
+  std::vector<double> wave_compute;
   for (const PlannedWave& w : waves) {
-    std::map<int, double> busy;
-    double longest = 0;
+    std::map<int, double> busy, modelled;
+    double longest = 0, longest_modelled = 0;
     for (const PlacedSlice& s : w.slices) {
-      for (int d : s.device_ids) longest = std::max(longest, busy[d] += s.seconds);
+      for (int d : s.device_ids) {
+        longest = std::max(longest, busy[d] += s.seconds - s.gradient_sync_seconds);
+        longest_modelled = std::max(longest_modelled, modelled[d] += s.seconds);
+      }
     }
+    wave_compute.push_back(longest);
     t.compute_seconds += longest;
+    t.makespan_seconds += longest_modelled;
   }
-  t.gradient_sync_seconds = gradient_sync(in, sync_groups_of(in, g, waves));
+  t.gradient_sync_seconds = exposed_gradient_sync(in, wave_compute, sync_groups_of(in, g, waves));
   t.iteration_seconds = t.compute_seconds + transfers(in, g, waves) + t.gradient_sync_seconds;
   return t;
 }
@@ -311,7 +391,7 @@ std::vector<PlannedWave> sequential_waves(const MultitaskInputs& in, const Multi
     PlannedWave w;
     w.level = plan.graph.ops[m].level;
     w.start_seconds = now;
-    w.slices.push_back(whole_metaop(plan, static_cast<int>(m), *plan.curves[m].largest_within(device_count(in)), 0));
+    w.slices.push_back(whole_metaop(plan, static_cast<int>(m), plan.curves[m].widest(), 0));
     w.seconds = w.slices.back().seconds;
     now += w.seconds;
     waves.push_back(std::move(w));
@@ -343,7 +423,7 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
   auto common_count = [&](int t, int n) {
     for (int c = n; c > 1; --c) {
       bool valid = true;
-      for (size_t m = 0; m < g.ops.size() && valid; ++m) valid = g.ops[m].task != t || plan.curves[m].at(c);
+      for (size_t m = 0; m < g.ops.size() && valid; ++m) valid = g.ops[m].task != t || plan.curves[m].measured_at(c);
       if (valid) return c;
     }
     return 1;
@@ -352,7 +432,7 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
     const int c = common_count(t, n);
     double s = 0;
     for (size_t m = 0; m < g.ops.size(); ++m) {
-      if (g.ops[m].task == t) s += static_cast<double>(g.ops[m].layers) * plan.curves[m].at(c)->seconds;
+      if (g.ops[m].task == t) s += static_cast<double>(g.ops[m].layers) * plan.curves[m].measured_at(c)->seconds;
     }
     return s;
   };
@@ -392,7 +472,7 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
       for (size_t m = 0; m < g.ops.size(); ++m) {
         if (g.ops[m].task != round_first + k) continue;
         const int c = common_count(round_first + k, given[k]);
-        w.slices.push_back(whole_metaop(plan, static_cast<int>(m), *plan.curves[m].at(c), first));
+        w.slices.push_back(whole_metaop(plan, static_cast<int>(m), *plan.curves[m].measured_at(c), first));
         task_time += w.slices.back().seconds;
       }
       w.seconds = std::max(w.seconds, task_time);

@@ -36,6 +36,7 @@ struct PlacedSlice {
   int64_t first_layer = 0;  // of the MetaOp's operators
   int64_t layers = 0;
   double seconds = 0;
+  double gradient_sync_seconds = 0;  // of `seconds`: its operators' shares of their gradients' all-reduce
   int dp = 1;  // how its devices are used
   int tp = 1;
   std::vector<int> device_ids;  // sorted
@@ -48,16 +49,23 @@ struct PlannedWave {
   std::vector<PlacedSlice> slices;
 };
 
-// The devices that hold copies of a set of parameters: their gradients are all-reduced over the group.
+// The devices that hold copies of a set of parameters: their gradients are all-reduced over the group, as soon
+// as the backward wave that completes them is over, while later backward waves run (as DeepSpeed and
+// Megatron-LM overlap their gradient reduction with backward).
 struct SyncGroup {
+  // The forward wave whose backward completes the gradients (the earliest forward wave of a slice holding
+  // them): the all-reduce follows that backward wave.
+  int ready_wave = 0;
+  int tp = 1;  // each device holds 1/tp of the layers; the shards are all-reduced over their copies
   std::vector<int> device_ids;
   std::vector<std::pair<int, int>> layers;  // (component, layer) it synchronises
-  double gradient_bytes = 0;  // per device: the parameters' gradients, in the training dtype's element size
+  double gradient_bytes = 0;  // per device: its shard of the gradients, in the training dtype's element size
   double seconds = 0;         // the all-reduce
 };
 
-// The sync groups of `waves`' placement: the trained layers held on the same devices pooled, one all-reduce
-// each (none for a group of one device).
+// The sync groups of `waves`' placement: the trained layers held on the same devices and completed by the same
+// backward wave pooled, one all-reduce each (none for a group of one device); in the order they become ready
+// (later forward waves first), then by devices, which every device issues them in.
 std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph& graph,
                                       const std::vector<PlannedWave>& waves);
 
@@ -65,8 +73,8 @@ struct LevelPlan {
   std::vector<int> metaops;   // of the MetaGraph
   Relaxation relaxation;      // n* per MetaOp in `metaops`' order, and C*
   std::vector<LevelPart> parts;
-  // The level's MetaOps run one after another on all the devices they can use, because that beat its waves
-  // (curves that scale about linearly leave the discretised waves nothing to gain).
+  // The level's MetaOps run one after another, each on one device group, because that beat its waves (curves
+  // that scale about linearly leave the discretised waves nothing to gain).
   bool serial = false;
 };
 
@@ -76,11 +84,19 @@ struct MultitaskPlan {
   std::vector<LevelPlan> levels;
   std::vector<PlannedWave> waves;
   std::vector<SyncGroup> sync_groups;
-  double compute_seconds = 0;         // the waves' makespan
-  double lower_bound_seconds = 0;     // Σ over levels of C*: the compute makespan's relaxation bound
+  // The waves' makespan in the curves' terms (each operator's compute and its share of the gradient
+  // all-reduce), and Σ over levels of C*, its relaxation bound.
+  double makespan_seconds = 0;
+  double lower_bound_seconds = 0;
+  // The arrangement kept: "waves" (each level the faster of its waves and its MetaOps in turn, in the curves'
+  // terms), or every level's MetaOps in turn at their "fastest" or "widest" counts, whichever the whole
+  // estimate (iteration_seconds below) finds fastest; and the first one's makespan, which the bound is for.
+  std::string arrangement;
+  double wavefront_makespan_seconds = 0;
+  double compute_seconds = 0;         // estimate_waves(): the waves' compute alone
   double transfer_seconds = 0;        // activations moved between waves, at the boundaries
-  double gradient_sync_seconds = 0;   // the busiest device's share of the group all-reduces
-  double iteration_seconds = 0;       // compute + transfers + gradient synchronisation
+  double gradient_sync_seconds = 0;   // of the group all-reduces, what outlasts the backward waves
+  double iteration_seconds = 0;       // estimate_waves(): compute + transfers + gradient synchronisation
   double planner_seconds = 0;         // curves, levels, waves, placement (wall time)
 };
 
@@ -88,7 +104,7 @@ struct MultitaskPlan {
 MultitaskPlan plan_multitask(const MultitaskInputs& in);
 
 // The waves of each arrangement the baselines below time, placed: `sequential` one MetaOp after another on all
-// the devices (at its fastest valid count), `per_task` each task's own planned waves in turn, `task_greedy` the
+// the devices (its widest valid count, the fastest DP × TP there), `per_task` each task's own planned waves in turn, `task_greedy` the
 // tasks side by side on their own devices, each task's MetaOps in turn.
 std::vector<PlannedWave> sequential_waves(const MultitaskInputs& in, const MultitaskPlan& plan);
 std::vector<PlannedWave> per_task_waves(const MultitaskInputs& in, const MultitaskPlan& plan);
@@ -97,7 +113,7 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
 // The systems Spindle is compared with, on the same curves and cost model (compute, plus the same estimates of
 // transfers and gradient synchronisation as the plan's):
 //   sequential   every MetaOp on all the devices, one after another (Megatron-LM and DeepSpeed running the
-//                sub-models in turn), each at its fastest valid count
+//                sub-models in turn), each at its widest valid count with the fastest DP × TP there
 //   per_task     the tasks one after another, each planned alone as above on all the devices (DistMM applied
 //                per task: the devices divided among one task's towers)
 //   task_greedy  every task at once on its own devices, given one valid step at a time to the task with the
@@ -105,6 +121,7 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
 //                (as many of them as is valid for every one of its MetaOps, so that nothing moves between them)
 //                (with more tasks than devices, in rounds of as many tasks as devices)
 struct BaselineTimes {
+  double makespan_seconds = 0;  // in the curves' terms, as MultitaskPlan's
   double compute_seconds = 0;
   double gradient_sync_seconds = 0;
   double iteration_seconds = 0;
@@ -115,8 +132,9 @@ struct MultitaskBaselines {
   BaselineTimes task_greedy;
 };
 MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const MultitaskPlan& plan);
-// The planner's estimate of any arranged waves: each wave as long as its busiest device's slices (a device runs
-// its slices of a wave one after another), with the transfers and gradient synchronisation.
+// The planner's estimate of any arranged waves: each wave as long as its busiest device's slices' compute (a
+// device runs its slices of a wave one after another), with the transfers and what of the sync groups'
+// all-reduces outlasts the backward waves (each wave's backward taken as two thirds of its compute).
 BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves);
 
 }  // namespace fulcrum

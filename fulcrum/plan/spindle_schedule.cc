@@ -84,12 +84,16 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
       t.slices.push_back(std::move(sl));
     }
   }
+  // In the order they become ready, which every device issues them in.
+  std::vector<int> ready_wave;
   for (const SyncGroup& g : sync_groups_of(in, graph, waves)) {
-    if (g.device_ids.size() < 2) continue;  // nothing to synchronise on one device
+    if (g.device_ids.size() / g.tp < 2) continue;  // one copy of each shard: nothing to synchronise
     SyncGroupSpec spec;
     spec.devices.assign(g.device_ids.begin(), g.device_ids.end());
+    spec.tp = g.tp;
     for (const auto& [component, layer] : g.layers) spec.layers.emplace_back(component, layer);
     t.sync_groups.push_back(std::move(spec));
+    ready_wave.push_back(g.ready_wave);
   }
   auto moves = [&](int a, int b) { return t.slices[a].devices != t.slices[b].devices; };
   auto on = [&](int slice, int device) {
@@ -127,17 +131,18 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
         }
       }
       program.push_back(boundary(2 * wave_count - 1 - w));
-    }
-    for (size_t g = 0; g < t.sync_groups.size(); ++g) {
-      const auto& ids = t.sync_groups[g].devices;
-      if (!std::binary_search(ids.begin(), ids.end(), d)) continue;
-      Instruction c;
-      c.op = OpKind::kCollective;
-      c.group = DeviceGroup::kSync;
-      c.collective = CollectiveKind::kAllReduce;
-      c.tensor = CollectiveTensor::kGradients;
-      c.stage = static_cast<int32_t>(g);
-      program.push_back(c);
+      // The gradients this backward wave completed, all-reduced while the next backward waves run.
+      for (size_t g = 0; g < t.sync_groups.size(); ++g) {
+        const auto& ids = t.sync_groups[g].devices;
+        if (ready_wave[g] != w || !std::binary_search(ids.begin(), ids.end(), d)) continue;
+        Instruction c;
+        c.op = OpKind::kCollective;
+        c.group = DeviceGroup::kSync;
+        c.collective = CollectiveKind::kAllReduce;
+        c.tensor = CollectiveTensor::kGradients;
+        c.stage = static_cast<int32_t>(g);
+        program.push_back(c);
+      }
     }
   }
   return s;

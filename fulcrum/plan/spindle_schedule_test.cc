@@ -48,8 +48,7 @@ TEST(WavesSchedule, ThePlanAndItsBaselinesValidateAndSimulate) {
       const Schedule s = waves_schedule(p.in, p.plan.graph, waves);
       ASSERT_NO_THROW(validate(s)) << tasks;
       const SimResult r = p.run(s);
-      double compute = 0;
-      for (const PlannedWave& w : waves) compute += w.seconds;
+      const double compute = estimate_waves(p.in, p.plan.graph, waves).compute_seconds;
       EXPECT_GE(r.iteration_seconds, 0.99 * compute) << tasks;
       // The simulator times forward and backward waves apart and adds the optimizer step; the planner does not.
       EXPECT_NEAR(r.iteration_seconds, estimate, 0.25 * estimate) << tasks;
@@ -158,7 +157,7 @@ TEST_F(BrokenWaves, AReceiveWithoutItsSend) {
   FAIL() << "no transfer between the two waves";
 }
 
-// Gradients are whole only once the backward waves are over; a sync group names layers the model has.
+// Gradients are whole only once the backward wave that completes them is over; a sync group names layers that run.
 TEST_F(BrokenWaves, ASyncBeforeTheBackwardOrOfLayersThatDoNotExist) {
   Schedule early = s_;
   ASSERT_FALSE(early.tasks.sync_groups.empty());
@@ -169,11 +168,26 @@ TEST_F(BrokenWaves, ASyncBeforeTheBackwardOrOfLayersThatDoNotExist) {
     std::rotate(ins.begin(), c, c + 1);
     break;
   }
-  EXPECT_THAT(error_of(early), HasSubstr("runs before the last backward wave is over"));
+  EXPECT_THAT(error_of(early), HasSubstr("which completes its gradients, is over"));
   Schedule unknown = s_;
   unknown.tasks.sync_groups[0].layers.push_back({0, 100000});
-  EXPECT_NO_THROW(validate(unknown));  // without the model, validate() cannot tell
+  EXPECT_THAT(error_of(unknown), HasSubstr("which no slice runs"));
   EXPECT_THROW(p_.run(unknown), InputError);
+}
+
+// A group's shards must be whole shards of every slice holding its layers, and its devices hold each shard's copies.
+TEST_F(BrokenWaves, ASyncGroupOfShardsItsDevicesOrSlicesDoNotHold) {
+  ASSERT_FALSE(s_.tasks.sync_groups.empty());
+  Schedule uneven = s_;
+  uneven.tasks.sync_groups[0].tp = static_cast<int32_t>(uneven.tasks.sync_groups[0].devices.size()) + 1;
+  EXPECT_THAT(error_of(uneven), HasSubstr("do not hold"));
+  Schedule finer = s_;
+  int slice_tp = 0;
+  for (const TaskSlice& sl : finer.tasks.slices) slice_tp = std::max(slice_tp, sl.tp);
+  ASSERT_EQ(slice_tp, 1) << "the two waves apart use data parallelism only";
+  finer.tasks.sync_groups[0].tp = 2;
+  ASSERT_EQ(finer.tasks.sync_groups[0].devices.size() % 2, 0u);
+  EXPECT_THAT(error_of(finer), HasSubstr("splits 1 ways"));
 }
 
 TEST_F(BrokenWaves, AMissingSyncCollective) {
@@ -187,6 +201,62 @@ TEST_F(BrokenWaves, AMissingSyncCollective) {
     EXPECT_THAT(error_of(s), HasSubstr("is missing on device"));
     return;
   }
+}
+
+// Moved from where their gradients are whole to the end of every program, the same all-reduces no longer run
+// under the later backward waves, and the iteration gets longer: the overlap is what the earlier place buys.
+TEST(WavesSchedule, GradientSyncOverlapsTheLaterBackwardWaves) {
+  Planned p("multitask-clip-10", "a800:16");
+  const Schedule overlapped = waves_schedule(p.in, p.plan.graph, sequential_waves(p.in, p.plan));
+  Schedule at_end = overlapped;
+  int moved = 0;
+  for (Program& program : at_end.programs) {
+    auto& ins = program.instructions;
+    const auto last_boundary = std::find_if(ins.rbegin(), ins.rend(), [](const Instruction& in) {
+      return in.op == OpKind::kWaveBoundary;
+    });
+    moved += static_cast<int>(std::count_if(ins.begin(), last_boundary.base(), [](const Instruction& in) {
+      return in.op == OpKind::kCollective;
+    }));
+    std::stable_partition(ins.begin(), ins.end(), [](const Instruction& in) { return in.op != OpKind::kCollective; });
+  }
+  ASSERT_GT(moved, 0) << "every all-reduce already waits for the last backward wave";
+  ASSERT_NO_THROW(validate(overlapped));
+  ASSERT_NO_THROW(validate(at_end));
+  EXPECT_LT(p.run(overlapped).iteration_seconds, 0.97 * p.run(at_end).iteration_seconds);
+}
+
+// Two sync groups issued in one order on a device and in the other on another device they share would each
+// wait for the other under NCCL.
+TEST(WavesSchedule, SyncGroupsIssuedInOppositeOrdersAreADeadlock) {
+  Planned p("multitask-clip-10", "a800:16");
+  Schedule s = waves_schedule(p.in, p.plan.graph, p.plan.waves);
+  ASSERT_NO_THROW(validate(s));
+  auto holds = [&](int group, int device) {
+    const auto& ids = s.tasks.sync_groups[group].devices;
+    return std::binary_search(ids.begin(), ids.end(), device);
+  };
+  for (size_t d = 0; d < s.programs.size(); ++d) {
+    auto& ins = s.programs[d].instructions;
+    for (size_t i = 0; i + 1 < ins.size(); ++i) {
+      if (ins[i].op != OpKind::kCollective || ins[i + 1].op != OpKind::kCollective) continue;
+      const int a = ins[i].stage, b = ins[i + 1].stage;
+      bool shared = false;
+      for (size_t other = 0; other < s.programs.size() && !shared; ++other) {
+        shared = other != d && holds(a, static_cast<int>(other)) && holds(b, static_cast<int>(other));
+      }
+      if (!shared) continue;
+      std::swap(ins[i], ins[i + 1]);
+      try {
+        validate(s);
+        FAIL() << "opposite orders of sync groups " << a << " and " << b << " validated";
+      } catch (const InputError& e) {
+        EXPECT_THAT(e.what(), HasSubstr("deadlock: sync group"));
+      }
+      return;
+    }
+  }
+  FAIL() << "no two sync groups issued back to back on two devices";
 }
 
 }  // namespace

@@ -179,6 +179,9 @@ struct TaskSlice {
 };
 struct SyncGroupSpec {
   std::vector<int32_t> devices;  // sorted
+  // Each device holds 1/tp of the layers (its slices' tensor-parallel shard): every shard is all-reduced over
+  // the devices / tp copies of it.
+  int32_t tp = 1;
   // The parameters it synchronises: (component, layer) pairs.
   std::vector<std::pair<int32_t, int32_t>> layers;
 };

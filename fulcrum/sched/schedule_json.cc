@@ -288,9 +288,10 @@ class Reader : public JsonReader {
     if (!groups.is_array()) fail("tasks.sync_groups", "expected an array of sync groups");
     for (size_t g = 0; g < groups.size(); ++g) {
       const std::string where = fmt::format("tasks.sync_groups[{}]", g);
-      only_keys(groups[g], {"devices", "layers"}, where);
+      only_keys(groups[g], {"devices", "tp", "layers"}, where);
       SyncGroupSpec group;
       group.devices = device_list(member(groups[g], "devices", where), where + ".devices");
+      if (groups[g].contains("tp")) group.tp = int32(groups[g]["tp"], where + ".tp", 1);
       const Json& layers = member(groups[g], "layers", where);
       if (!layers.is_array()) fail(where + ".layers", "expected an array of [component, layer]");
       group.layers.reserve(layers.size());
@@ -459,7 +460,7 @@ std::string schedule_to_json(const Schedule& s) {
     for (const SyncGroupSpec& g : s.tasks.sync_groups) {
       Ordered layers = Ordered::array();
       for (const auto& [component, layer] : g.layers) layers.push_back(Ordered::array({component, layer}));
-      groups.push_back(Ordered{{"devices", Ordered(g.devices)}, {"layers", std::move(layers)}});
+      groups.push_back(Ordered{{"devices", Ordered(g.devices)}, {"tp", g.tp}, {"layers", std::move(layers)}});
     }
     const Ordered section{{"waves", s.tasks.waves}, {"slices", std::move(slices)}, {"sync_groups", std::move(groups)}};
     tasks = fmt::format("\"tasks\": {},\n", section.dump());

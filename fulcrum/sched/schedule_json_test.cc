@@ -310,7 +310,7 @@ TEST(ScheduleJson, TasksSectionRoundTrips) {
   const std::string text = schedule_to_json(s);
   EXPECT_THAT(text, HasSubstr("\n\"tasks\": {\"waves\":2,\"slices\":[[0,0,0,3,64,257,1,2,1,0,[0,1]],"
                               "[1,0,0,3,32,129,2,2,1,0,[2,3]],[0,0,3,3,64,257,1,1,4,1,[0,1,2,3]]],"
-                              "\"sync_groups\":[{\"devices\":[0,1,2,3],\"layers\":[[0,0],[0,1]]}]},\n\"programs\""));
+                              "\"sync_groups\":[{\"devices\":[0,1,2,3],\"tp\":1,\"layers\":[[0,0],[0,1]]}]},\n\"programs\""));
   EXPECT_LT(text.find("\"recompute\""), text.find("\"tasks\""));
   EXPECT_THAT(text, Not(HasSubstr("\"encoder\"")));
   EXPECT_THAT(text, HasSubstr(R"(["collective","all_reduce","gradients",0]])"));  // kSync keeps the 4-field form

@@ -82,8 +82,32 @@ class MultitaskValidator {
       if (sl.sequences % sl.dp != 0) fail("{}: {} sequences do not split {} ways", what, sl.sequences, sl.dp);
       check_sorted_devices(sl.devices, what);
     }
+    // Each group's gradients are whole once the backward of the earliest forward wave holding its layers is over.
+    ready_boundary_.assign(t_.sync_groups.size(), 0);
     for (size_t g = 0; g < t_.sync_groups.size(); ++g) {
-      check_sorted_devices(t_.sync_groups[g].devices, fmt::format("sync group {}", g));
+      const SyncGroupSpec& group = t_.sync_groups[g];
+      check_sorted_devices(group.devices, fmt::format("sync group {}", g));
+      if (group.tp < 1 || group.devices.size() % static_cast<size_t>(group.tp) != 0) {
+        fail("sync group {}: {} devices do not hold {} tensor-parallel shards", g, group.devices.size(), group.tp);
+      }
+      int earliest = t_.waves;
+      for (const auto& [component, layer] : group.layers) {
+        int first = t_.waves;
+        for (size_t i = 0; i < t_.slices.size(); ++i) {
+          const TaskSlice& sl = t_.slices[i];
+          if (sl.component == component && sl.first_layer <= layer && layer < sl.first_layer + sl.layers) {
+            first = std::min(first, sl.wave);
+            // The group's shards are whole shards of every slice's: the slice splits them further or not at all.
+            if (sl.tp % group.tp != 0) {
+              fail("sync group {} all-reduces 1/{} shards of layer {} that slice {} splits {} ways", g, group.tp,
+                   layer, i, sl.tp);
+            }
+          }
+        }
+        if (first == t_.waves) fail("sync group {} synchronises layer {} of component {}, which no slice runs", g, layer, component);
+        earliest = std::min(earliest, first);
+      }
+      ready_boundary_[g] = 2 * t_.waves - earliest;
     }
     // A bound before per-device state: each slice's forward and backward on each of its devices.
     int64_t needed = 0;
@@ -97,9 +121,11 @@ class MultitaskValidator {
   void check_programs() {
     const int slices = static_cast<int>(t_.slices.size());
     const int boundaries = 2 * t_.waves;
+    sync_before_.assign(t_.sync_groups.size(), {});
     for (int r = 0; r < s_.layout.pp; ++r) {
       const auto& program = s_.programs[r].instructions;
       int crossed = 0;
+      int previous_sync = -1;
       std::set<int> forward, backward;
       std::set<std::tuple<int, int, int>> recv_seen, send_seen;
       for (size_t i = 0; i < program.size(); ++i) {
@@ -115,9 +141,13 @@ class MultitaskValidator {
             fail("{}: no such sync group (the schedule has {})", describe(r, i), t_.sync_groups.size());
           }
           if (!holds(t_.sync_groups[in.stage].devices, r)) fail("{}: this device is not in the group", describe(r, i));
-          // Gradients are whole once every backward wave is over.
-          if (crossed != boundaries) fail("{}: runs before the last backward wave is over", describe(r, i));
+          if (crossed < ready_boundary_[in.stage]) {
+            fail("{}: runs before backward wave {}, which completes its gradients, is over", describe(r, i),
+                 ready_boundary_[in.stage] - 1);
+          }
           if (!sync_seen_.insert({in.stage, r}).second) fail("{}: the group synchronises twice here", describe(r, i));
+          if (previous_sync >= 0) sync_before_[previous_sync].push_back(in.stage);
+          previous_sync = in.stage;
           continue;
         }
         if (in.stage < 0 || in.stage >= slices) fail("{}: no such slice (the schedule has {})", describe(r, i), slices);
@@ -173,6 +203,7 @@ class MultitaskValidator {
       }
       if (crossed != boundaries) fail("device {} crosses {} wave boundaries, not {}", r, crossed, boundaries);
     }
+    check_sync_order();
     // Every slice ran on each of its devices, forward and backward.
     for (int sidx = 0; sidx < slices; ++sidx) {
       for (int d : t_.slices[sidx].devices) {
@@ -204,6 +235,34 @@ class MultitaskValidator {
     for (const auto& [key, count] : recvs_) {
       if (!sends_.count(key)) {
         fail("slice {} receives from slice {} what is never sent", std::get<2>(key), std::get<1>(key));
+      }
+    }
+  }
+
+  // Collectives of different groups issued in different orders on two devices they share can each wait for the
+  // other (NCCL runs a device's collectives in issue order): the order "a before b on some device" must be acyclic.
+  void check_sync_order() {
+    const size_t groups = t_.sync_groups.size();
+    std::vector<int> incoming(groups, 0);
+    for (const auto& next : sync_before_) {
+      for (int b : next) ++incoming[b];
+    }
+    std::vector<int> ready;
+    for (size_t g = 0; g < groups; ++g) {
+      if (incoming[g] == 0) ready.push_back(static_cast<int>(g));
+    }
+    size_t ordered = 0;
+    while (!ready.empty()) {
+      const int g = ready.back();
+      ready.pop_back();
+      ++ordered;
+      for (int b : sync_before_[g]) {
+        if (--incoming[b] == 0) ready.push_back(b);
+      }
+    }
+    if (ordered != groups) {
+      for (size_t g = 0; g < groups; ++g) {
+        if (incoming[g] > 0) fail("deadlock: sync group {} is issued before and after another on different devices", g);
       }
     }
   }
@@ -252,6 +311,8 @@ class MultitaskValidator {
   const std::string& where_;
   std::map<std::tuple<int, int, int>, int> sends_, recvs_;  // (payload, sender, receiver) → devices
   std::set<std::pair<int, int>> sync_seen_;                 // (group, device)
+  std::vector<int> ready_boundary_;                         // per group: boundaries crossed before it may run
+  std::vector<std::vector<int>> sync_before_;               // group → groups issued right after it somewhere
   std::set<std::pair<int, int>> ran_forward_, ran_backward_;  // (slice, device)
 };
 
