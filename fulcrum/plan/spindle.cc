@@ -79,7 +79,11 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
     if (ops.empty()) continue;
     lp.relaxation = relax_level(ops, devices);
     lp.parts = bipoint(ops, lp.relaxation);
+    // The discretised parts packed both ways a part that fits no whole operator in a wave can go; the shorter kept.
     std::vector<Wave> waves = wavefront(ops, lp.parts, devices, now);
+    std::vector<Wave> leaving = wavefront(ops, lp.parts, devices, now, PartThatFitsNone::kLeave);
+    auto end_of = [&](const std::vector<Wave>& w) { return w.empty() ? now : w.back().start_seconds + w.back().seconds; };
+    if (end_of(leaving) < end_of(waves) * (1 - 1e-12)) waves = std::move(leaving);
     // The level's MetaOps one after another, each on all the devices it can use: exact for curves that scale
     // linearly, where the discretised waves lose to it. Kept when faster.
     std::vector<Wave> serial;
@@ -94,7 +98,7 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
       at += w.seconds;
       serial.push_back(std::move(w));
     }
-    const double wave_end = waves.empty() ? now : waves.back().start_seconds + waves.back().seconds;
+    const double wave_end = end_of(waves);
     if (choice != LevelChoice::kFasterOfWavesAndSerial || at < wave_end * (1 - 1e-12)) {
       waves = std::move(serial);
       lp.serial = true;

@@ -11,7 +11,7 @@
 namespace fulcrum {
 
 std::vector<Wave> wavefront(const std::vector<LevelOp>& ops, const std::vector<LevelPart>& parts, int devices,
-                            double start_seconds) {
+                            double start_seconds, PartThatFitsNone fits_none) {
   struct Remaining {
     LevelPart part;
     int64_t left = 0;
@@ -91,7 +91,11 @@ std::vector<Wave> wavefront(const std::vector<LevelOp>& ops, const std::vector<L
     for (const Chosen& c : chosen) {
       Remaining& r = remaining[c.index];
       const double per_layer = seconds_per_layer(r.part.op, c.devices);
-      const int64_t fit = std::clamp<int64_t>(std::llround(shortest / per_layer), 1, r.left);
+      int64_t fit = std::min<int64_t>(std::llround(shortest / per_layer), r.left);
+      if (fit < 1) {
+        if (fits_none == PartThatFitsNone::kLeave) continue;  // the part that sets the length always fits
+        fit = 1;
+      }
       WaveSlice s;
       s.op = r.part.op;
       s.devices = c.devices;

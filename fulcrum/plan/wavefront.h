@@ -33,13 +33,14 @@ struct Wave {
 //   extend   devices left idle raise a proposed part to its op's next valid count, the part whose op has the
 //            most time left first, while any fits;
 //   align    the wave lasts as long as its shortest part needs for all its operators: that part runs them all,
-//            each other part as many whole operators as fit in that time (rounded to the nearest, at least one
-//            — a part that then outlasts the wave sets its length);
+//            each other part as many whole operators as fit in that time (rounded to the nearest); a part that
+//            fits none runs one and sets the wave's length (kRunOne), or leaves the wave (kLeave);
 //   commit   the slices start at the wave's start; the next wave starts at its end.
 // Every wave finishes at least one part, so there are at most as many waves as parts. Slices of an op cover its
 // operators in order, each once.
+enum class PartThatFitsNone { kRunOne, kLeave };
 std::vector<Wave> wavefront(const std::vector<LevelOp>& ops, const std::vector<LevelPart>& parts, int devices,
-                            double start_seconds);
+                            double start_seconds, PartThatFitsNone fits_none = PartThatFitsNone::kRunOne);
 
 }  // namespace fulcrum
 

@@ -32,7 +32,8 @@ TEST(Wavefront, EveryWaveRespectsCapacityAndEveryOperatorRunsOnce) {
     for (int m = 0; m < count; ++m) ops.push_back({&curves[m], 1 + static_cast<int64_t>(rng.below(50))});
     const std::vector<LevelPart> parts = bipoint(ops, relax_level(ops, devices));
     const double start = 0.25;
-    const std::vector<Wave> waves = wavefront(ops, parts, devices, start);
+    const PartThatFitsNone mode = trial % 2 == 0 ? PartThatFitsNone::kRunOne : PartThatFitsNone::kLeave;
+    const std::vector<Wave> waves = wavefront(ops, parts, devices, start, mode);
     ASSERT_LE(waves.size(), parts.size()) << "trial " << trial;
     std::vector<int64_t> next(count, 0);
     double at = start;
@@ -57,6 +58,29 @@ TEST(Wavefront, EveryWaveRespectsCapacityAndEveryOperatorRunsOnce) {
     }
     for (int m = 0; m < count; ++m) EXPECT_EQ(next[m], ops[m].layers) << "trial " << trial << " op " << m;
   }
+}
+
+// A part that fits no whole operator in the wave its partner's last operator sets: run anyway, it stretches the
+// wave to its operator's length; left out, the wave is its partner's and it runs next on all the devices.
+// Linear curves: op 0 takes 0.1 s an operator on 4 devices, op 1 1.0 s on 4 and 0.5 s on 8.
+TEST(Wavefront, APartThatFitsNoOperatorRunsOneOrLeaves) {
+  const ScalabilityCurve light = doubling(0.4, 1.0, 8);
+  const ScalabilityCurve heavy = doubling(4.0, 1.0, 8);
+  const std::vector<LevelOp> ops{{&light, 1}, {&heavy, 3}};
+  const std::vector<LevelPart> parts{{0, 4, 1}, {1, 4, 3}};
+  auto end = [](const std::vector<Wave>& w) { return w.back().start_seconds + w.back().seconds; };
+  // Wave 1: op 0's operator (0.1 s) beside one of op 1's (1.0 s); wave 2: op 1's other two on 8 devices (1.0 s).
+  const std::vector<Wave> run_one = wavefront(ops, parts, 8, 0, PartThatFitsNone::kRunOne);
+  ASSERT_EQ(run_one.size(), 2u);
+  EXPECT_NEAR(run_one[0].seconds, 1.0, 1e-12);
+  EXPECT_NEAR(end(run_one), 2.0, 1e-12);
+  // Wave 1: op 0 alone (0.1 s); wave 2: op 1's three operators on 8 devices (1.5 s).
+  const std::vector<Wave> leave = wavefront(ops, parts, 8, 0, PartThatFitsNone::kLeave);
+  ASSERT_EQ(leave.size(), 2u);
+  ASSERT_EQ(leave[0].slices.size(), 1u);
+  EXPECT_NEAR(leave[0].seconds, 0.1, 1e-12);
+  EXPECT_EQ(leave[1].slices[0].devices, 8);
+  EXPECT_NEAR(end(leave), 1.6, 1e-12);
 }
 
 // Two ops that each want half the devices share every wave: the level takes its relaxed makespan.
