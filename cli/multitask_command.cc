@@ -88,8 +88,11 @@ void run(const MultitaskOptions& o) {
     }
     return t;
   };
-  const BaselineTimes planned{plan.makespan_seconds, plan.compute_seconds, plan.gradient_sync_seconds,
-                              plan.iteration_seconds};
+  const BaselineTimes planned{.makespan_seconds = plan.makespan_seconds,
+                              .compute_seconds = plan.compute_seconds,
+                              .transfer_seconds = plan.transfer_seconds,
+                              .gradient_sync_seconds = plan.gradient_sync_seconds,
+                              .iteration_seconds = plan.iteration_seconds};
   const Timed chosen = run_waves(planned, plan.waves, !o.trace.empty());
   const SimResult& simulated = chosen.simulated;
   const Schedule& schedule = chosen.schedule;

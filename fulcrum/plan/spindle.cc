@@ -80,10 +80,13 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
     lp.relaxation = relax_level(ops, devices);
     lp.parts = bipoint(ops, lp.relaxation);
     // The discretised parts packed both ways a part that fits no whole operator in a wave can go; the shorter kept.
-    std::vector<Wave> waves = wavefront(ops, lp.parts, devices, now);
-    std::vector<Wave> leaving = wavefront(ops, lp.parts, devices, now, PartThatFitsNone::kLeave);
     auto end_of = [&](const std::vector<Wave>& w) { return w.empty() ? now : w.back().start_seconds + w.back().seconds; };
-    if (end_of(leaving) < end_of(waves) * (1 - 1e-12)) waves = std::move(leaving);
+    std::vector<Wave> waves;
+    if (choice == LevelChoice::kFasterOfWavesAndSerial) {
+      waves = wavefront(ops, lp.parts, devices, now);
+      std::vector<Wave> leaving = wavefront(ops, lp.parts, devices, now, PartThatFitsNone::kLeave);
+      if (end_of(leaving) < end_of(waves) * (1 - 1e-12)) waves = std::move(leaving);
+    }
     // The level's MetaOps one after another, each on all the devices it can use: exact for curves that scale
     // linearly, where the discretised waves lose to it. Kept when faster.
     std::vector<Wave> serial;
@@ -309,6 +312,34 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
   return groups;
 }
 
+namespace {
+
+// estimate_waves() with `waves`' sync groups already made.
+BaselineTimes estimate_with(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves,
+                            const std::vector<SyncGroup>& groups) {
+  BaselineTimes t;
+  std::vector<double> wave_compute;
+  for (const PlannedWave& w : waves) {
+    std::map<int, double> busy, modelled;
+    double longest = 0, longest_modelled = 0;
+    for (const PlacedSlice& s : w.slices) {
+      for (int d : s.device_ids) {
+        longest = std::max(longest, busy[d] += s.seconds - s.gradient_sync_seconds);
+        longest_modelled = std::max(longest_modelled, modelled[d] += s.seconds);
+      }
+    }
+    wave_compute.push_back(longest);
+    t.compute_seconds += longest;
+    t.makespan_seconds += longest_modelled;
+  }
+  t.transfer_seconds = transfers(in, g, waves);
+  t.gradient_sync_seconds = exposed_gradient_sync(in, wave_compute, groups);
+  t.iteration_seconds = t.compute_seconds + t.transfer_seconds + t.gradient_sync_seconds;
+  return t;
+}
+
+}  // namespace
+
 MultitaskPlan plan_multitask(const MultitaskInputs& in) {
   check_inputs(in);
   const auto started = std::chrono::steady_clock::now();
@@ -327,7 +358,8 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
     MultitaskPlan candidate;
     candidate.makespan_seconds = plan_levels(plan.graph, plan.curves, devices, all, 0.0, candidate, choice);
     place(plan.graph, devices, per_node, candidate.waves);
-    const BaselineTimes e = estimate_waves(in, plan.graph, candidate.waves);
+    std::vector<SyncGroup> groups = sync_groups_of(in, plan.graph, candidate.waves);
+    const BaselineTimes e = estimate_with(in, plan.graph, candidate.waves, groups);
     if (choice == LevelChoice::kFasterOfWavesAndSerial) plan.wavefront_makespan_seconds = candidate.makespan_seconds;
     if (choice == LevelChoice::kFasterOfWavesAndSerial || e.iteration_seconds < estimate.iteration_seconds * (1 - 1e-9)) {
       estimate = e;
@@ -336,14 +368,14 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
                                                                      : "widest";
       plan.levels = std::move(candidate.levels);
       plan.waves = std::move(candidate.waves);
+      plan.sync_groups = std::move(groups);
       plan.makespan_seconds = candidate.makespan_seconds;
       plan.lower_bound_seconds = candidate.lower_bound_seconds;
     }
   }
-  plan.sync_groups = sync_groups_of(in, plan.graph, plan.waves);
   plan.compute_seconds = estimate.compute_seconds;
   plan.gradient_sync_seconds = estimate.gradient_sync_seconds;
-  plan.transfer_seconds = transfers(in, plan.graph, plan.waves);
+  plan.transfer_seconds = estimate.transfer_seconds;
   plan.iteration_seconds = estimate.iteration_seconds;
   plan.planner_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return plan;
@@ -367,24 +399,7 @@ PlacedSlice whole_metaop(const MultitaskPlan& plan, int m, const CurvePoint& poi
 }  // namespace
 
 BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves) {
-  BaselineTimes t;
-  std::vector<double> wave_compute;
-  for (const PlannedWave& w : waves) {
-    std::map<int, double> busy, modelled;
-    double longest = 0, longest_modelled = 0;
-    for (const PlacedSlice& s : w.slices) {
-      for (int d : s.device_ids) {
-        longest = std::max(longest, busy[d] += s.seconds - s.gradient_sync_seconds);
-        longest_modelled = std::max(longest_modelled, modelled[d] += s.seconds);
-      }
-    }
-    wave_compute.push_back(longest);
-    t.compute_seconds += longest;
-    t.makespan_seconds += longest_modelled;
-  }
-  t.gradient_sync_seconds = exposed_gradient_sync(in, wave_compute, sync_groups_of(in, g, waves));
-  t.iteration_seconds = t.compute_seconds + transfers(in, g, waves) + t.gradient_sync_seconds;
-  return t;
+  return estimate_with(in, g, waves, sync_groups_of(in, g, waves));
 }
 
 std::vector<PlannedWave> sequential_waves(const MultitaskInputs& in, const MultitaskPlan& plan) {

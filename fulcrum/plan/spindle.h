@@ -123,6 +123,7 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
 struct BaselineTimes {
   double makespan_seconds = 0;  // in the curves' terms, as MultitaskPlan's
   double compute_seconds = 0;
+  double transfer_seconds = 0;
   double gradient_sync_seconds = 0;
   double iteration_seconds = 0;
 };
