@@ -552,6 +552,15 @@ TEST_F(Cli, MultitaskPlansWavesAgainstTheBaselines) {
   ASSERT_EQ(saved.status, 0) << saved.err;
   EXPECT_FALSE(nlohmann::json::parse(slurp(trace))["traceEvents"].empty());
   EXPECT_TRUE(nlohmann::json::parse(slurp(schedule)).contains("tasks"));
+  // A baseline's schedule on request: `sequential` runs every slice on all 16 devices.
+  const std::string sequential = (dir_ / "sequential.json").string();
+  const Result baseline = run("multitask --tasks multitask-clip-4 --cluster a800:16 --schedule-of sequential "
+                              "--save-schedule " + sequential);
+  ASSERT_EQ(baseline.status, 0) << baseline.err;
+  const auto slices = nlohmann::json::parse(slurp(sequential))["tasks"]["slices"];
+  ASSERT_FALSE(slices.empty());
+  for (const auto& s : slices) EXPECT_EQ(s[10].size(), 16u) << s.dump();
+  EXPECT_NE(run("multitask --tasks multitask-clip-4 --cluster a800:16 --schedule-of nothing").status, 0);
   const Result text = run("multitask --tasks qwen-val --cluster a800:32");
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("wavefront makespan"), std::string::npos) << text.out;

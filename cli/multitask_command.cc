@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -11,6 +12,7 @@
 #include "cli/output_file.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/plan/spindle.h"
 #include "fulcrum/plan/spindle_schedule.h"
 #include "fulcrum/sched/schedule_json.h"
@@ -29,6 +31,8 @@ struct MultitaskOptions {
   std::string dtype = "bf16";
   std::string trace;
   std::string save_schedule;
+  std::string profile;
+  std::string schedule_of = "plan";
   bool json = false;
 };
 
@@ -64,13 +68,20 @@ Json timed_json(const Timed& t) {
 void run(const MultitaskOptions& o) {
   const TaskGraph graph = load_task_graph(o.tasks);
   const ClusterSpec cluster = load_cluster(o.cluster);
-  const AnalyticCost cost(cluster);
+  const Dtype dtype = training_dtype(o.dtype, cluster);
+  std::optional<ProfileTable> profile;
+  if (!o.profile.empty()) profile = load_profile(o.profile);
+  // Layer times: the analytic model's, or measured ones where the profile has them.
+  const AnalyticCost analytic(cluster);
+  std::optional<ProfiledCost> profiled;
+  if (profile) profiled.emplace(analytic, *profile);
+  const CostModel& cost = profiled ? static_cast<const CostModel&>(*profiled) : analytic;
   MultitaskInputs in;
   in.graph = &graph;
   in.cluster = &cluster;
   in.cost = &cost;
-  in.efficiency = cost.efficiency();
-  in.dtype = training_dtype(o.dtype, cluster);
+  in.efficiency = analytic.efficiency();
+  in.dtype = dtype;
   const MultitaskPlan plan = plan_multitask(in);
   // Every arrangement as a schedule run by the simulator, with the least recomputation of the transformer blocks
   // (none, selective, full) that fits in memory (full when none does); the plan's timeline kept for --trace.
@@ -105,9 +116,23 @@ void run(const MultitaskOptions& o) {
   const Timed task_greedy = baseline(task_greedy_waves(in, plan));
   const double iteration = simulated.iteration_seconds;
   const double speedup = iteration > 0 ? sequential.simulated.iteration_seconds / iteration : 0;
-  if (!o.save_schedule.empty()) write_file_atomically(o.save_schedule, schedule_to_json(schedule));
+  if (profile) {
+    const int applied = profile_entries_applied(*profile, graph.model, schedule.layout, {}, dtype);
+    std::cerr << profile_unused_warning(o.profile, *profile, applied, dtype);
+  }
+  const Timed& written = o.schedule_of == "sequential" ? sequential
+                         : o.schedule_of == "per-task" ? per_task
+                         : o.schedule_of == "task-greedy" ? task_greedy
+                                                          : chosen;
+  if (!o.save_schedule.empty()) write_file_atomically(o.save_schedule, schedule_to_json(written.schedule));
   if (!o.trace.empty()) {
-    write_file_atomically(o.trace, chrome_trace(simulated, fmt::format("{} on {}", graph.name, o.cluster)));
+    SimOptions options;
+    options.dtype = in.dtype;
+    options.timeline = true;
+    const SimResult traced = &written == &chosen ? simulated
+                                                 : simulate(written.schedule, graph.model, cluster, cost,
+                                                            in.efficiency, MicroBatchLoads{}, options);
+    write_file_atomically(o.trace, chrome_trace(traced, fmt::format("{} on {}", graph.name, o.cluster)));
   }
   if (o.json) {
     Json waves = Json::array();
@@ -202,6 +227,10 @@ std::function<void()> add_multitask_command(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 | fp8")->capture_default_str();
   cmd->add_option("--trace", o->trace, "Write the plan's simulated timeline as a Chrome trace");
   cmd->add_option("--save-schedule", o->save_schedule, "Write the plan's schedule (the waves, one program per device)");
+  cmd->add_option("--profile", o->profile, "Measured layer times (a profile table) in place of the analytic model's");
+  cmd->add_option("--schedule-of", o->schedule_of, "Which arrangement --save-schedule and --trace write")
+      ->check(CLI::IsMember({"plan", "sequential", "per-task", "task-greedy"}))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the plan as JSON");
   return [o] { run(*o); };
 }

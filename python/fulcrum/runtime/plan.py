@@ -55,7 +55,7 @@ class RuntimePlan:
             raise ValueError(f"{where}: the runtime does not run encoder sections (encoders in the LLM's bubbles) "
                              "yet; plan with another strategy")
         if "tasks" in schedule:
-            raise ValueError(f"{where}: the runtime does not run multitask schedules (waves of task slices) yet")
+            raise ValueError(f"{where}: a multitask schedule (waves of task slices): run it with WaveRuntime")
         text = json.dumps(schedule)
         _core.check_schedule(text, where)
         layout = schedule["layout"]

@@ -1,0 +1,234 @@
+"""The simulator's predicted step time beside the measured one, for tiny_multitask's sequential and waves modes.
+
+    python examples/tiny_multitask/compare.py --out table.json
+
+1. Calibrates this machine on two ranks at once (both cores busy, as in training): every distinct layer of the
+   model timed pass by pass at the token counts its slices run into a profile table, a gloo all-reduce fitted as
+   latency + size / bandwidth, how much a collective in flight slows compute, and the optimizer step; the last
+   three make the cluster file. Then both tasks' forward and backward through the whole model is timed and
+   set against the profile's prediction for it; every profile entry is scaled by that ratio.
+2. Plans each mode with `fulcrum multitask` on that profile and cluster (the `sequential` arrangement, and the
+   arrangement the planner keeps), which also gives the simulator's iteration time of each schedule.
+3. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
+   machine does not fall on one mode alone.
+4. Prints predicted and measured step times side by side and writes ``modes{<mode>{predicted_step_seconds,
+   measured_step_seconds, measured_cv, prediction_error, within_tolerance, arrangement, ...}}`` and
+   ``speedup`` (sequential's measured step time over waves').
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import run  # noqa: E402
+
+RUN_MODES = ("sequential", "waves")
+
+
+def calibrate_rank(out_dir: Path, rounds: int) -> None:
+    """One of the two calibrating ranks: both profile (so the cores are as busy as in training), rank 0 writes."""
+    import torch
+    import torch.distributed as dist
+
+    import fulcrum.profile as fp
+    from fulcrum.runtime import end_rank
+    from model import TinyMultitask
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    dist.init_process_group("gloo")
+    model = TinyMultitask()
+    graph = model.task_graph()
+    # Every slice's rows: a task's whole batch on one device, or half of it on each.
+    patches = model.config.patches
+    counts = sorted({patches * n for _, batch, _, _ in model.config.tasks for n in (batch, batch // 2)} | {patches})
+    table = fp.profile_model(model, graph["model"], counts, dtype=run.DTYPE, warmup=2, repeats=3, rounds=rounds)
+    fit = fp.benchmark_all_reduce((1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), repeats=9)
+    a = torch.randn(256, 256)
+
+    def compute():
+        for _ in range(200):
+            torch.mm(a, a)
+
+    slowdown = fp.measure_compute_slowdown(compute, size_bytes=1 << 23, repeats=5)
+    params = list(model.parameters())
+    for q in params:
+        q.grad = torch.randn_like(q)
+    optimizer = torch.optim.AdamW(params, lr=1e-3)
+    times = []
+    for i in range(3 + 9):
+        dist.barrier()
+        start = time.perf_counter()
+        optimizer.step()
+        if i >= 3:
+            times.append(time.perf_counter() - start)
+    cluster = fp.cpu_cluster(2, fit, compute_slowdown=slowdown, optimizer_seconds=statistics.median(times),
+                             optimizer_parameters=sum(q.numel() for q in params))
+    whole = whole_model_seconds(model)
+    if dist.get_rank() == 0:
+        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": whole}) + "\n")
+        fp.write_profile(out_dir / "profile.json", table)
+        (out_dir / "cluster.json").write_text(json.dumps(cluster, indent=1) + "\n")
+        (out_dir / "calibration.json").write_text(json.dumps({
+            "all_reduce": {"latency_seconds": fit.latency_seconds, "bytes_per_second": fit.bytes_per_second},
+            "communication_compute_slowdown": slowdown, "optimizer_seconds": statistics.median(times),
+            "parameters": sum(q.numel() for q in params)}, indent=1) + "\n")
+    end_rank()
+
+
+def whole_model_seconds(model, warmup: int = 2, repeats: int = 7) -> float:
+    """Median seconds of forward and backward of both tasks' whole batches through the whole model, on every
+    rank at once (both cores busy, as in training), on batches of their own seed (not the runs'). The profile
+    times each layer alone; one autograd graph over all of them also pays for its allocation and the caches
+    refilled between layers."""
+    import torch.distributed as dist
+
+    from model import make_batches
+
+    batches = make_batches(model.config, 0, seed=1000)
+    times = []
+    for k in range(warmup + repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        model.reference_loss(batches)[0].backward()
+        elapsed = time.perf_counter() - start
+        model.zero_grad(set_to_none=True)
+        if k >= warmup:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def calibrate_whole_model(a) -> dict:
+    """Sets the measured whole-model seconds against what the layer profile predicts for it (`fulcrum multitask`
+    on one device, whose only arrangement runs every operator in turn, less the calibrated optimizer step) and
+    scales every profile entry by their ratio: profile.json becomes the calibrated table, profile_layers.json
+    keeps the layers' own."""
+    from model import TinyMultitask
+
+    work = a.workdir / "whole_model"
+    work.mkdir(exist_ok=True)
+    (work / "tasks.json").write_text(json.dumps(TinyMultitask().task_graph()))
+    cluster = json.loads((a.workdir / "cluster.json").read_text())
+    cluster["preset"] = "cpu:1"
+    (work / "cluster.json").write_text(json.dumps(cluster))
+    layers = a.workdir / "profile_layers.json"
+    (a.workdir / "profile.json").replace(layers)
+    out = subprocess.run([a.fulcrum, "multitask", "--tasks", str(work / "tasks.json"), "--cluster",
+                          str(work / "cluster.json"), "--profile", str(layers), "--dtype", run.DTYPE, "--json"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        sys.exit("compare.py: planning the whole model on one device failed")
+    calibration = json.loads((a.workdir / "calibration.json").read_text())
+    predicted = json.loads(out.stdout)["iteration_seconds"] - calibration["optimizer_seconds"]
+    measured = json.loads((a.workdir / "whole_model.json").read_text())["seconds"]
+    factor = measured / predicted
+    table = json.loads(layers.read_text())
+    for entry in table["entries"]:
+        entry["seconds"] = [t * factor for t in entry["seconds"]]
+    (a.workdir / "profile.json").write_text(json.dumps(table, indent=1) + "\n")
+    return {"measured_seconds": measured, "predicted_seconds": predicted, "factor": factor}
+
+
+def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:
+    return ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup), "--repeats", "1",
+            "--profile", str(a.workdir / "profile.json"), "--cluster", str(a.workdir / "cluster.json"),
+            "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out)]
+
+
+def launch_calibration(a) -> None:
+    """The two calibrating ranks, through torch's launcher (gloo on loopback, one thread each)."""
+    import os
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(Path(__file__).resolve()), "--calibrate-rank", str(a.workdir),
+                           "--profile-rounds", str(a.profile_rounds)], env=env)
+    if done.returncode != 0:
+        sys.exit(f"compare.py: calibration failed (exit status {done.returncode})")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="rounds over the modes (default 3)")
+    p.add_argument("--profile-rounds", type=int, default=5, help="passes over the profile grid (default 5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", help="folder for the calibration and the runs (default: a temporary one)")
+    p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
+    p.add_argument("--calibrate-rank", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.calibrate_rank:
+        calibrate_rank(Path(a.calibrate_rank), a.profile_rounds)
+        return
+    if not a.out:
+        p.error("--out is required")
+    if a.steps < 1 or a.repeats < 1 or a.warmup < 0:
+        p.error("--steps and --repeats must be at least 1, --warmup at least 0")
+    a.fulcrum = run.fulcrum_cli(a.fulcrum)
+    with tempfile.TemporaryDirectory(prefix="tiny_multitask_compare_") as scratch:
+        a.workdir = Path(a.workdir or scratch).resolve()
+        a.workdir.mkdir(parents=True, exist_ok=True)
+        print("calibrating: layer profile, all-reduce, compute slowdown, optimizer step", flush=True)
+        launch_calibration(a)
+        whole_model = calibrate_whole_model(a)
+        calibration = json.loads((a.workdir / "calibration.json").read_text())
+        calibration["whole_model"] = whole_model
+        (a.workdir / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
+        print(f"whole model: {whole_model['measured_seconds']:.4f} s measured, {whole_model['predicted_seconds']:.4f} "
+              f"s from the layer profile: its entries scaled by {whole_model['factor']:.3f}", flush=True)
+        rounds: dict[str, list[dict]] = {m: [] for m in RUN_MODES}
+        for r in range(a.repeats):
+            for m in RUN_MODES:
+                out = a.workdir / f"{m}.{r}.json"
+                done = subprocess.run([sys.executable, str(HERE / "run.py"), *run_args(a, m, a.workdir / m, out)],
+                                      text=True)
+                if done.returncode != 0:
+                    sys.exit(f"compare.py: run.py --mode {m} failed")
+                rounds[m].append(json.loads(out.read_text()))
+        table = {"calibration": json.loads((a.workdir / "calibration.json").read_text()),
+                 "profile": json.loads((a.workdir / "profile.json").read_text()),
+                 "cluster": json.loads((a.workdir / "cluster.json").read_text()),
+                 "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats, "modes": {}}
+    for m in RUN_MODES:
+        # Each round's step times are one repeat: a step's median over the rounds, then the mean over steps.
+        by_round = [x["step_seconds_by_repeat"][0] for x in rounds[m]]
+        per_step = [statistics.median(r[s] for r in by_round) for s in range(a.steps)]
+        means = [statistics.fmean(r) for r in by_round]
+        measured = statistics.fmean(per_step)
+        cv = statistics.pstdev(means) / statistics.fmean(means) if len(means) > 1 else 0.0
+        predicted = rounds[m][0]["predicted_step_seconds"]
+        error = predicted / measured - 1
+        table["modes"][m] = {
+            "predicted_step_seconds": predicted, "measured_step_seconds": measured, "measured_cv": cv,
+            "prediction_error": error, "within_tolerance": abs(error) <= max(0.15, 3 * cv),
+            "measured_step_seconds_by_round": means, "arrangement": rounds[m][0]["arrangement"],
+            "losses": rounds[m][0]["losses"], "per_rank": rounds[m][0]["per_rank"]}
+    modes = table["modes"]
+    table["speedup"] = modes["sequential"]["measured_step_seconds"] / modes["waves"]["measured_step_seconds"]
+    table["predicted_speedup"] = modes["sequential"]["predicted_step_seconds"] / modes["waves"]["predicted_step_seconds"]
+    out = Path(a.out)
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"\n{'mode':<12} {'arrangement':<12} {'predicted s':>11} {'measured s':>10} {'CV':>6} {'error':>7}")
+    for m, row in modes.items():
+        print(f"{m:<12} {row['arrangement']:<12} {row['predicted_step_seconds']:>11.4f} "
+              f"{row['measured_step_seconds']:>10.4f} {row['measured_cv']:>6.1%} {row['prediction_error']:>+7.1%}"
+              f"{'' if row['within_tolerance'] else '  outside max(15%, 3 CV)'}")
+    print(f"waves over sequential: {table['speedup']:.3f}x measured, {table['predicted_speedup']:.3f}x simulated")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""Trains tiny_multitask's two tasks on this machine's CPUs, as Spindle's waves or sub-model by sub-model.
+
+    python examples/tiny_multitask/run.py --mode waves --steps 30 --repeats 3 --out result.json
+
+starts two processes (gloo, one thread each) and trains ``--steps`` optimizer steps after ``--warmup`` steps,
+``--repeats`` times from the same initial weights. Modes:
+
+  sequential   every MetaOp of every task in turn on both ranks (data parallel over them), as Megatron-LM and
+               DeepSpeed run a multi-task model: `fulcrum multitask`'s `sequential` arrangement
+  waves        the arrangement `fulcrum multitask` keeps for the model (its waves of task slices on device
+               groups, when its estimate says they pay)
+  reference    one process, no runtime: every task's whole batch through the whole model, the losses both
+               modes must reproduce
+
+Both modes run the schedule `fulcrum multitask --save-schedule` writes, through ``fulcrum.runtime.WaveRuntime``,
+and train on the same batches. The step time is the slowest rank's forward, backward, gradient synchronisation
+and optimizer step, with the ranks starting each step together. The result (``--out``) holds ``mode, steps,
+step_seconds_mean`` (the mean over steps of each step's median over the repeats), ``step_seconds_median``,
+``step_seconds_cv`` (spread of the repeats' means), ``losses`` and ``task_losses`` (first repeat, warm-up
+included), ``predicted_step_seconds`` (the simulator's iteration of the schedule run) and ``arrangement``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+MODES = ("sequential", "waves", "reference")
+DTYPE = "fp32"  # what the CPU trains in
+
+
+def fulcrum_cli(given: str | None) -> str:
+    for candidate in (given, os.environ.get("FULCRUM_CLI"), str(REPO / "build" / "fulcrum"), shutil.which("fulcrum")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    sys.exit("run.py: the fulcrum command was not found: build it (make) or pass --fulcrum PATH")
+
+
+def plan_command(a, workdir: Path, mode: str) -> list[str]:
+    """The `fulcrum multitask` call that writes ``mode``'s schedule into ``workdir`` and prints its timing."""
+    cmd = [a.fulcrum, "multitask", "--tasks", str(workdir / "tasks.json"), "--cluster", a.cluster, "--dtype", DTYPE,
+           "--schedule-of", "sequential" if mode == "sequential" else "plan",
+           "--save-schedule", str(workdir / f"{mode}.schedule.json"), "--json"]
+    return cmd + (["--profile", a.profile] if a.profile else [])
+
+
+def prepare(a) -> dict:
+    """Writes the task graph and the mode's schedule; returns the plan's prediction for the mode."""
+    from model import TinyMultitask
+
+    (a.workdir / "tasks.json").write_text(json.dumps(TinyMultitask().task_graph()))
+    if a.mode == "reference":
+        return {"schedule": None, "predicted_step_seconds": None, "arrangement": None}
+    if a.schedule:
+        return {"schedule": str(Path(a.schedule).resolve()), "predicted_step_seconds": None, "arrangement": "given"}
+    done = subprocess.run(plan_command(a, a.workdir, a.mode), capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        sys.exit(f"run.py: fulcrum multitask failed with status {done.returncode}")
+    plan = json.loads(done.stdout)
+    timed = plan["baselines"]["sequential"] if a.mode == "sequential" else plan
+    return {"schedule": str(a.workdir / f"{a.mode}.schedule.json"),
+            "predicted_step_seconds": timed["iteration_seconds"],
+            "arrangement": "sequential" if a.mode == "sequential" else plan["arrangement"]}
+
+
+def make_optimizer(a, parameters):
+    import torch
+
+    parameters = list(parameters)
+    if a.optimizer == "sgd":  # plain SGD keeps runs comparable to rounding: Adam magnifies near-zero gradients
+        return torch.optim.SGD(parameters, lr=a.lr)
+    return torch.optim.AdamW(parameters, lr=a.lr)
+
+
+def reference(a) -> dict:
+    """One process: every task's batch through the whole model, the losses summed, one optimizer step."""
+    import torch
+
+    from model import TinyMultitask, make_batches
+
+    torch.set_num_threads(1)
+    model = TinyMultitask(seed=a.seed)
+    optimizer = make_optimizer(a, model.parameters())
+    losses, task_losses = [], []
+    for k in range(a.warmup + a.steps):
+        total, per_task = model.reference_loss(make_batches(model.config, k % a.steps, a.seed))
+        total.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(total.detach()))
+        task_losses.append(per_task)
+    return {"mode": "reference", "steps": a.steps, "warmup_steps": a.warmup, "losses": losses,
+            "task_losses": task_losses}
+
+
+def worker(a, setup: dict) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import fulcrum.runtime as fr
+    from model import TinyMultitask, make_batches
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    graph = json.loads((a.workdir / "tasks.json").read_text())
+    config = TinyMultitask().config
+    order = [k % a.steps for k in range(a.warmup + a.steps)]
+    batches = {s: make_batches(config, s, a.seed) for s in set(order)}  # made before the clock starts
+    record = {"repeats": []}
+    for _ in range(a.repeats):
+        model = TinyMultitask(seed=a.seed)
+        runtime = fr.WaveRuntime(model, graph, setup["schedule"], timeline=bool(a.trace))
+        optimizer = make_optimizer(a, runtime.parameters())
+        rep = {"step_seconds": [], "compute_seconds": [], "losses": [], "task_losses": []}
+        for k, s in enumerate(order):
+            dist.barrier()
+            start = time.perf_counter()
+            result = runtime.step(batches[s])
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            end = time.perf_counter()
+            rep["losses"].append(result.loss)
+            rep["task_losses"].append(list(result.task_losses))
+            if k >= a.warmup:
+                rep["step_seconds"].append(end - start)
+                rep["compute_seconds"].append(result.compute_seconds)
+        record["repeats"].append(rep)
+    (a.workdir / f"rank.{rank}.json").write_text(json.dumps(record))
+    if a.trace:
+        events = [None] * dist.get_world_size()
+        dist.all_gather_object(events, list(runtime.timeline.current))
+        if rank == 0:
+            fr.write_chrome_trace(a.trace, list(enumerate(events)), f"tiny_multitask {a.mode}")
+    fr.end_rank()
+
+
+def launch(a) -> list[dict]:
+    """Runs the two ranks (torch's launcher, gloo on loopback) and returns each one's record."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(Path(__file__).resolve()), *sys.argv[1:], "--workdir", str(a.workdir), "--worker"]
+    done = subprocess.run(cmd, env=env)
+    if done.returncode != 0:
+        sys.exit(f"run.py: a rank failed (exit status {done.returncode})")
+    return [json.loads((a.workdir / f"rank.{r}.json").read_text()) for r in range(2)]
+
+
+def summarize(a, setup: dict, ranks: list[dict]) -> dict:
+    """The slowest rank's time of each step, and its statistics over the measured steps and repeats. Every
+    repeat trains the same steps from the same weights, so a step's median over the repeats filters out a slow
+    spell of the machine."""
+    by_repeat = [[max(rank["repeats"][r]["step_seconds"][s] for rank in ranks) for s in range(a.steps)]
+                 for r in range(a.repeats)]
+    means = [statistics.fmean(r) for r in by_repeat]
+    per_step = [statistics.median(r[s] for r in by_repeat) for s in range(a.steps)]
+    first = ranks[0]["repeats"][0]
+    return {
+        "mode": a.mode, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
+        "arrangement": setup["arrangement"], "predicted_step_seconds": setup["predicted_step_seconds"],
+        "step_seconds_mean": statistics.fmean(per_step),
+        "step_seconds_median": statistics.median(t for r in by_repeat for t in r),
+        "step_seconds_cv": statistics.pstdev(means) / statistics.fmean(means) if len(means) > 1 else 0.0,
+        "losses": first["losses"], "task_losses": first["task_losses"],
+        "per_rank": [{"rank": i, "compute_seconds": statistics.fmean(
+            c for rep in rank["repeats"] for c in rep["compute_seconds"])} for i, rank in enumerate(ranks)],
+        "step_seconds_by_repeat": by_repeat,
+        "command": "python examples/tiny_multitask/run.py " + " ".join(sys.argv[1:]),
+    }
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mode", required=True, choices=MODES)
+    p.add_argument("--steps", type=int, default=30, help="measured optimizer steps (default 30)")
+    p.add_argument("--warmup", type=int, default=3, help="steps run first and not measured (default 3)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of the steps from the same start (default 3)")
+    p.add_argument("--profile", help="profile table of the model's layers (fulcrum.profile) the plan is made with")
+    p.add_argument("--cluster", default="cpu:2", help="cluster preset or file for the cost model (default cpu:2)")
+    p.add_argument("--schedule", help="run this multitask schedule file instead of planning one (waves mode)")
+    p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd"))
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", help="folder for the run's inputs (default: a temporary one)")
+    p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
+    p.add_argument("--trace", help="write the last step's timeline of both ranks as Chrome trace JSON")
+    p.add_argument("--out", required=True)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv=None) -> None:
+    p = argument_parser()
+    a = p.parse_args(argv)
+    if a.steps < 1 or a.warmup < 0 or a.repeats < 1:
+        p.error("--steps and --repeats must be at least 1, --warmup at least 0")
+    if a.worker:
+        a.workdir = Path(a.workdir)
+        worker(a, json.loads((a.workdir / "setup.json").read_text()))
+        return
+    if a.mode != "reference":
+        a.fulcrum = fulcrum_cli(a.fulcrum)
+    if a.trace:
+        a.trace = str(Path(a.trace).resolve())
+    with tempfile.TemporaryDirectory(prefix="tiny_multitask_") as scratch:
+        a.workdir = Path(a.workdir or scratch).resolve()
+        a.workdir.mkdir(parents=True, exist_ok=True)
+        setup = prepare(a)
+        if a.mode == "reference":
+            result = reference(a)
+        else:
+            (a.workdir / "setup.json").write_text(json.dumps(setup))
+            result = summarize(a, setup, launch(a))
+    out = Path(a.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(out)
+    line = f"{a.mode}: loss {result['losses'][0]:.4f} -> {result['losses'][-1]:.4f}"
+    if a.mode != "reference":
+        line += (f", {result['step_seconds_mean'] * 1e3:.1f} ms per step (CV {result['step_seconds_cv']:.1%} over "
+                 f"{a.repeats} repeats, {result['arrangement']}")
+        if result["predicted_step_seconds"] is not None:
+            line += f"; simulated {result['predicted_step_seconds'] * 1e3:.1f} ms"
+    print(line + ("" if a.mode == "reference" else ")"))
+
+
+if __name__ == "__main__":
+    main()

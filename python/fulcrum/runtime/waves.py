@@ -1,0 +1,406 @@
+"""Runs a multi-task schedule (``fulcrum multitask --save-schedule``): waves of task slices on device groups.
+
+Each rank is one device of the schedule and follows its program: the forward of each of its slices (a range of a
+component's layers for one task, on the rows of the task's batch that its data-parallel position owns), the
+activations sent to the slices that take them on other devices and received from those that made them, a barrier
+at every wave boundary, the backward waves in reverse with the gradients flowing back the same way, and each sync
+group's all-reduce of the shared layers' gradients over the devices that hold them. Parameters are shared between
+the tasks that run a component: every device keeps a replica of the layers its slices run, and the sync groups
+keep the replicas equal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from fulcrum import _core
+from fulcrum.runtime.executor import _buffers, _header
+from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
+
+
+@dataclass(frozen=True)
+class WaveSlice:
+    """Layers ``[first_layer, first_layer + layers)`` of component ``component`` for task ``task``, on
+    ``devices`` (``dp`` copies, each taking its share of the ``sequences`` of every micro-batch)."""
+
+    task: int
+    component: int
+    first_layer: int
+    layers: int
+    sequences: int
+    tokens: int
+    micro_batches: int
+    dp: int
+    tp: int
+    wave: int
+    devices: tuple
+
+
+@dataclass(frozen=True)
+class SyncGroup:
+    devices: tuple
+    layers: tuple  # (component, layer) pairs
+
+
+@dataclass(frozen=True)
+class WavePlan:
+    """A multitask schedule as the runtime runs it: one program per device."""
+
+    devices: int
+    waves: int
+    slices: tuple
+    sync_groups: tuple
+    programs: tuple = field(repr=False)
+
+    @classmethod
+    def from_json(cls, document: Union[str, Mapping[str, Any]], where: str = "schedule") -> "WavePlan":
+        """From a schedule's text or parsed JSON; validated by the core first (ValueError naming ``where``)."""
+        doc = json.loads(document) if isinstance(document, str) else dict(document)
+        if doc.get("kind") != "schedule" or "tasks" not in doc:
+            raise ValueError(f"{where}: not a multitask schedule (fulcrum multitask --save-schedule)")
+        _core.check_schedule(json.dumps(doc), where)
+        t = doc["tasks"]
+        slices = tuple(WaveSlice(*(int(x) for x in s[:10]), tuple(int(d) for d in s[10])) for s in t["slices"])
+        for i, s in enumerate(slices):
+            if s.tp != 1:
+                raise ValueError(f"{where}: tasks.slices[{i}] has TP {s.tp}; the runtime runs TP 1 slices")
+        groups = tuple(SyncGroup(tuple(int(d) for d in g["devices"]), tuple((int(c), int(l)) for c, l in g["layers"]))
+                       for g in t["sync_groups"])
+        return cls(devices=int(doc["layout"]["pp"]), waves=int(t["waves"]), slices=slices, sync_groups=groups,
+                   programs=tuple(tuple(tuple(i) for i in p) for p in doc["programs"]))
+
+    @classmethod
+    def load(cls, source: Union[str, os.PathLike, Mapping[str, Any], "WavePlan"]) -> "WavePlan":
+        if isinstance(source, WavePlan):
+            return source
+        if isinstance(source, Mapping):
+            return cls.from_json(source)
+        path = os.fspath(source)
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json(f.read(), path)
+
+
+@dataclass(frozen=True)
+class WaveStepResult:
+    loss: float            # the sum of the tasks' losses (the same on every rank)
+    task_losses: tuple     # each task's: its summed loss over its batch divided by its samples
+    seconds: float         # this rank's step, wall clock
+    compute_seconds: float
+    wait_seconds: float
+
+
+@dataclass
+class _Node:
+    name: str
+    component: int
+    inputs: list      # node indices of the same task
+    terminal: bool    # no node of the task takes its output: its output gives the task's loss
+
+
+class WaveRuntime:
+    """A training step of a multi-task ``model`` as the multitask schedule ``plan`` lays it out.
+
+    ``task_graph`` is the task graph document ``fulcrum multitask --tasks`` read (its ``model`` the Fulcrum
+    model, components in order; each task's ``batch``, ``micro_batches`` and ``nodes``). ``model`` provides:
+
+    - ``components``: a mapping from component name to its layers, each ``layer(state, batch) -> state`` with
+      ``state`` a tuple of floating-point tensors whose first dimension is the rows (sequences) of ``batch``;
+    - ``task_loss(task, state, batch)``: the summed loss of the rows of a task's terminal node output;
+    - ``join(task, node, inputs, batch)`` (needed only for nodes with inputs): the state entering the node's
+      first layer from ``{input node name: its output state}``; without it a node's single input passes as is.
+
+    ``step`` takes every task's whole batch (tensors whose first dimension is the task's samples, the same on
+    every rank); each rank computes the rows its slices own. A task's loss is its summed loss over its batch
+    divided by its samples, and the step minimises the sum of the tasks' losses. ``parameters()`` are the
+    layers this rank's slices run, which its optimizer updates.
+    """
+
+    def __init__(self, model: nn.Module, task_graph: Mapping[str, Any], plan, *, timeline: bool = False):
+        self.plan = p = WavePlan.load(plan)
+        initialized = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size() if initialized else 1
+        self.rank = dist.get_rank() if initialized else 0
+        if p.devices != self.world_size:
+            raise ValueError(f"the schedule runs on {p.devices} devices, but {self.world_size} ranks are running")
+        self.model = model
+        self.timeline = Timeline(timeline)
+        model_doc = task_graph["model"]
+        if not isinstance(model_doc, Mapping):
+            raise ValueError("the task graph's model must be a model document (the runtime needs its components)")
+        self.component_names = [c["name"] for c in model_doc["components"]]
+        for name in self.component_names:
+            if name not in model.components:
+                raise ValueError(f"the model has no component {name!r}, which the task graph names")
+        self.task_names, self.tasks, self.batch_sizes = [], [], []
+        for t in task_graph["tasks"]:
+            names = [n["name"] for n in t["nodes"]]
+            nodes = []
+            for n in t["nodes"]:
+                if int(n.get("items_per_sample", 1)) != 1:
+                    raise ValueError(f"task {t['name']!r} node {n['name']!r}: the runtime runs one item per sample")
+                nodes.append(_Node(n["name"], self.component_names.index(n["component"]),
+                                   [names.index(i) for i in n.get("inputs", [])], True))
+            for node in nodes:
+                for i in node.inputs:
+                    nodes[i].terminal = False
+            if len({n.component for n in nodes}) != len(nodes):
+                raise ValueError(f"task {t['name']!r} runs one component in two nodes; the runtime cannot tell "
+                                 "their slices apart")
+            self.task_names.append(t["name"])
+            self.tasks.append(nodes)
+            self.batch_sizes.append(int(t["batch"]))
+        self._wire()
+        self.groups = []
+        for g in p.sync_groups:  # every rank creates every group, in the same order, as new_group requires
+            pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
+            self.groups.append(pg if self.rank in g.devices else None)
+
+    # -- the plan's data flow -----------------------------------------------------------------------------------
+    def _node_of(self, s: WaveSlice) -> int:
+        return next(i for i, n in enumerate(self.tasks[s.task]) if n.component == s.component)
+
+    def _wire(self) -> None:
+        """Each slice's producers (the slices whose output it takes, in the order its node's inputs name them)
+        and whether its output is its task's loss."""
+        p = self.plan
+        end_of = {}  # (task, component, end layer) -> slice
+        for i, s in enumerate(p.slices):
+            end_of[(s.task, s.component, s.first_layer + s.layers)] = i
+            if s.sequences * s.micro_batches != self.batch_sizes[s.task]:
+                raise ValueError(f"slice {i} runs {s.sequences} × {s.micro_batches} sequences, but task "
+                                 f"{self.task_names[s.task]!r} has {self.batch_sizes[s.task]} samples")
+        layers = [len(self.model.components[n]) for n in self.component_names]
+        self.producers, self.loss_slice = [], []
+        for i, s in enumerate(p.slices):
+            node = self.tasks[s.task][self._node_of(s)]
+            if s.first_layer > 0:
+                self.producers.append([end_of[(s.task, s.component, s.first_layer)]])
+            else:
+                self.producers.append([end_of[(s.task, self.tasks[s.task][j].component,
+                                               layers[self.tasks[s.task][j].component])] for j in node.inputs])
+            self.loss_slice.append(node.terminal and s.first_layer + s.layers == layers[s.component])
+
+    def _rows(self, s: int, device: int, mb: int) -> tuple[int, int]:
+        """The rows of its task's batch that ``device`` computes in slice ``s``, micro-batch ``mb``."""
+        sl = self.plan.slices[s]
+        share = sl.sequences // sl.dp
+        start = mb * sl.sequences + sl.devices.index(device) * share
+        return start, start + share
+
+    def _overlaps(self, s: int, mb: int, peer: int):
+        """(peer device, [first, end) rows) for each device of slice ``peer`` whose rows of micro-batch ``mb``
+        overlap this rank's in slice ``s``, in row order."""
+        a, b = self._rows(s, self.rank, mb)
+        out = []
+        for d in self.plan.slices[peer].devices:
+            c, e = self._rows(peer, d, mb)
+            if max(a, c) < min(b, e):
+                out.append((d, max(a, c), min(b, e)))
+        return sorted(out, key=lambda x: x[1])
+
+    def _tag(self, kind: str, sender: int, receiver: int, mb: int, part: int) -> int:
+        n = len(self.plan.slices)
+        key = ((kind == "gradient") * n + sender) * n + receiver
+        return (key * self.plan.slices[sender].micro_batches + mb) * 8 + part
+
+    # -- a step -------------------------------------------------------------------------------------------------
+    def held_layers(self) -> list[tuple[int, int]]:
+        """(component, layer) of every layer this rank's slices run, in model order."""
+        held = set()
+        for s in self.plan.slices:
+            if self.rank in s.devices:
+                held.update((s.component, l) for l in range(s.first_layer, s.first_layer + s.layers))
+        return sorted(held)
+
+    def parameters(self):
+        for c, l in self.held_layers():
+            yield from self.model.components[self.component_names[c]][l].parameters()
+
+    def step(self, batches: Sequence[Mapping[str, torch.Tensor]]) -> WaveStepResult:
+        """Forward and backward of one optimizer step over every task's batch (``batches[t]`` for task ``t``, the
+        same on every rank), leaving the gradients of ``parameters()`` summed over the tasks and the devices."""
+        if len(batches) != len(self.tasks):
+            raise ValueError(f"the task graph has {len(self.tasks)} tasks, got {len(batches)} batches")
+        for t, b in enumerate(batches):
+            for k, v in b.items():
+                if v.shape[0] != self.batch_sizes[t]:
+                    raise ValueError(f"task {self.task_names[t]!r}: {k!r} has {v.shape[0]} rows, the task "
+                                     f"{self.batch_sizes[t]} samples")
+        self.batches = batches
+        self.outputs: dict = {}   # (slice, mb) -> this rank's rows of the slice's output, detached
+        self.saved: dict = {}     # (slice, mb) -> ({producer: leaf inputs}, outputs or (loss,))
+        self.inbox: dict = {}     # (payload, receiving slice, sending slice, mb, device) -> tensors
+        self.outbox: dict = {}    # (sending slice, receiving slice, mb, device) -> gradient tensors
+        self.grads: dict = {}     # (slice, mb) -> gradient of this rank's rows of its output
+        self.pending: list = []
+        self.reducing: list = []  # (work, flat gradients, parameters) of each sync group in flight
+        self.task_loss = [0.0] * len(self.tasks)
+        self.timeline.begin_step()
+        start = time.perf_counter()
+        for instruction in self.plan.programs[self.rank]:
+            op = instruction[0]
+            if op == "F":
+                self._forward(int(instruction[1]))
+            elif op == "B":
+                self._backward(int(instruction[1]))
+            elif op == "send":
+                self._send(instruction[1], int(instruction[2]), int(instruction[4]))
+            elif op == "recv":
+                self._recv(instruction[1], int(instruction[2]), int(instruction[4]))
+            elif op == "wave":
+                if self.world_size > 1:
+                    with self.timeline.span(f"wave {instruction[1]}", "wave", COLLECTIVE):
+                        dist.barrier()
+            elif op == "collective":
+                with self.timeline.span(f"start all_reduce group {instruction[3]}", "collective", COLLECTIVE):
+                    self._all_reduce_group(int(instruction[3]))
+            else:
+                raise ValueError(f"instruction {list(instruction)}: not one a multitask schedule holds")
+        with self.timeline.span("wait sends", "send", P2P):
+            for work, _ in self.pending:
+                work.wait()
+        with self.timeline.span("wait gradient sync", "collective", COLLECTIVE):
+            for work, flat, params in self.reducing:
+                work.wait()
+                at = 0
+                for q in params:
+                    q.grad.copy_(flat[at:at + q.numel()].view_as(q))
+                    at += q.numel()
+        if self.saved or self.inbox or self.outbox or self.grads:
+            raise RuntimeError("the schedule left work undone: " +
+                               ", ".join(map(str, [*self.saved, *self.inbox, *self.outbox, *self.grads])))
+        seconds = time.perf_counter() - start
+        losses = torch.tensor(self.task_loss, dtype=torch.float64)
+        if self.world_size > 1:
+            dist.all_reduce(losses)
+        compute = self.timeline.busy_seconds(COMPUTE)
+        return WaveStepResult(loss=float(losses.sum()), task_losses=tuple(float(x) for x in losses),
+                              seconds=seconds, compute_seconds=compute, wait_seconds=max(0.0, seconds - compute))
+
+    def _batch_rows(self, task: int, first: int, end: int) -> dict:
+        return {k: v[first:end] for k, v in self.batches[task].items()}
+
+    def _input_from(self, s: int, producer: int, mb: int) -> tuple:
+        """This rank's rows of ``producer``'s output, gathered from the devices that made them."""
+        pieces = []
+        for d, a, b in self._overlaps(s, mb, producer):
+            if d == self.rank:
+                c, _ = self._rows(producer, d, mb)
+                pieces.append(tuple(t[a - c:b - c] for t in self.outputs[(producer, mb)]))
+            else:
+                pieces.append(self.inbox.pop(("activation", s, producer, mb, d)))
+        joined = tuple(torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*pieces))
+        return tuple(t.detach().requires_grad_() for t in joined)
+
+    def _forward(self, s: int) -> None:
+        sl = self.plan.slices[s]
+        layers = self.model.components[self.component_names[sl.component]]
+        node = self.tasks[sl.task][self._node_of(sl)]
+        for mb in range(sl.micro_batches):
+            a, b = self._rows(s, self.rank, mb)
+            batch = self._batch_rows(sl.task, a, b)
+            inputs = {q: self._input_from(s, q, mb) for q in self.producers[s]}
+            with self.timeline.span(f"F slice {s} mb{mb}", "forward", COMPUTE, s, mb):
+                if sl.first_layer > 0 or not node.inputs:
+                    state = next(iter(inputs.values())) if inputs else ()
+                elif len(node.inputs) == 1 and not hasattr(self.model, "join"):
+                    state = inputs[self.producers[s][0]]
+                else:
+                    named = {self.tasks[sl.task][j].name: inputs[q] for j, q in zip(node.inputs, self.producers[s])}
+                    state = tuple(self.model.join(self.task_names[sl.task], node.name, named, batch))
+                for layer in layers[sl.first_layer:sl.first_layer + sl.layers]:
+                    state = tuple(layer(state, batch))
+                if self.loss_slice[s]:
+                    loss = self.model.task_loss(self.task_names[sl.task], state, batch) / self.batch_sizes[sl.task]
+                    self.task_loss[sl.task] += float(loss.detach())
+                    self.saved[(s, mb)] = (inputs, (loss,))
+                else:
+                    if not all(t.is_floating_point() for t in state):
+                        raise ValueError(f"component {self.component_names[sl.component]!r}: the runtime moves "
+                                         "floating-point states between layers only")
+                    self.saved[(s, mb)] = (inputs, state)
+                    self.outputs[(s, mb)] = tuple(t.detach() for t in state)
+
+    def _backward(self, s: int) -> None:
+        sl = self.plan.slices[s]
+        for mb in range(sl.micro_batches):
+            inputs, roots = self.saved.pop((s, mb))
+            grads = None if self.loss_slice[s] else self.grads.pop((s, mb))
+            self.outputs.pop((s, mb), None)
+            with self.timeline.span(f"B slice {s} mb{mb}", "backward", COMPUTE, s, mb):
+                torch.autograd.backward(list(roots), grads)
+            for q, leaves in inputs.items():
+                input_grads = tuple(t.grad if t.grad is not None else torch.zeros_like(t) for t in leaves)
+                a, _ = self._rows(s, self.rank, mb)
+                for d, c, e in self._overlaps(s, mb, q):
+                    piece = tuple(g[c - a:e - a] for g in input_grads)
+                    if d == self.rank:
+                        self._add_gradient(q, mb, c, piece)
+                    else:
+                        self.outbox[(s, q, mb, d)] = piece
+
+    def _add_gradient(self, s: int, mb: int, first_row: int, piece: tuple) -> None:
+        """Adds the gradient of rows [first_row, ...) of slice ``s``'s output (a consumer's share)."""
+        if (s, mb) not in self.grads:
+            self.grads[(s, mb)] = [torch.zeros_like(t) for t in self.outputs[(s, mb)]]
+        a, _ = self._rows(s, self.rank, mb)
+        for acc, g in zip(self.grads[(s, mb)], piece):
+            acc[first_row - a:first_row - a + g.shape[0]] += g
+
+    def _send(self, payload: str, s: int, peer: int) -> None:
+        sl = self.plan.slices[s]
+        with self.timeline.span(f"send {payload} {s}->{peer}", "send", P2P, s):
+            for mb in range(sl.micro_batches):
+                if payload == "activation":
+                    # The rows of this rank's output each device of the consumer takes.
+                    own, _ = self._rows(s, self.rank, mb)
+                    targets = []
+                    for d in self.plan.slices[peer].devices:
+                        c, e = self._rows(peer, d, mb)
+                        a, b = self._rows(s, self.rank, mb)
+                        if d != self.rank and max(a, c) < min(b, e):
+                            lo, hi = max(a, c), min(b, e)
+                            targets.append((d, tuple(t[lo - own:hi - own] for t in self.outputs[(s, mb)])))
+                else:
+                    targets = [(d, self.outbox.pop((s, peer, mb, d))) for d in self.plan.slices[peer].devices
+                               if (s, peer, mb, d) in self.outbox]
+                for d, tensors in targets:
+                    parts = [_header(tensors), *[t.contiguous() for t in tensors]]
+                    for i, t in enumerate(parts):
+                        self.pending.append((dist.isend(t, d, tag=self._tag(payload, s, peer, mb, i)), t))
+
+    def _recv(self, payload: str, s: int, peer: int) -> None:
+        sl = self.plan.slices[s]
+        with self.timeline.span(f"recv {payload} {peer}->{s}", "recv", P2P, s):
+            for mb in range(sl.micro_batches):
+                for d, a, _ in self._overlaps(s, mb, peer):
+                    if d == self.rank:
+                        continue
+                    header = torch.empty(64, dtype=torch.int64)
+                    dist.recv(header, d, tag=self._tag(payload, peer, s, mb, 0))
+                    tensors = _buffers(header)
+                    for i, t in enumerate(tensors):
+                        dist.recv(t, d, tag=self._tag(payload, peer, s, mb, i + 1))
+                    if payload == "activation":
+                        self.inbox[("activation", s, peer, mb, d)] = tuple(tensors)
+                    else:
+                        self._add_gradient(s, mb, a, tuple(tensors))
+
+    def _all_reduce_group(self, g: int) -> None:
+        """Starts the group's all-reduce: it runs while the later backward waves compute, as the simulator and
+        DeepSpeed overlap it; the step waits for it at its end."""
+        params = [q for c, l in self.plan.sync_groups[g].layers
+                  for q in self.model.components[self.component_names[c]][l].parameters() if q.requires_grad]
+        for q in params:
+            if q.grad is None:
+                q.grad = torch.zeros_like(q)
+        flat = torch.cat([q.grad.reshape(-1) for q in params])
+        self.reducing.append((dist.all_reduce(flat, group=self.groups[g], async_op=True), flat, params))

@@ -1,0 +1,130 @@
+"""examples/tiny_multitask and fulcrum.runtime.WaveRuntime: multi-task schedules on 2 gloo processes train as
+one process does."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("torch")
+
+EXAMPLE = REPO / "examples" / "tiny_multitask"
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", GLOO_SOCKET_IFNAME="lo")
+STEPS = 5
+
+
+def run_example(tmp_path, mode, *extra):
+    out, work = tmp_path / f"{mode}.json", tmp_path / mode
+    done = subprocess.run([sys.executable, str(EXAMPLE / "run.py"), "--mode", mode, "--steps", str(STEPS),
+                           "--warmup", "0", "--repeats", "1", "--optimizer", "sgd", "--lr", "0.05", "--workdir",
+                           str(work), "--out", str(out), *map(str, extra)],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return json.loads(out.read_text()), work
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    result, _ = run_example(tmp_path_factory.mktemp("reference"), "reference")
+    # Training really moved: the summed loss of two learning tasks falls over the five steps.
+    assert result["losses"][-1] < 0.8 * result["losses"][0]
+    return result
+
+
+def assert_same_losses(result, reference):
+    assert len(result["losses"]) == len(reference["losses"]) == STEPS
+    for got, want in zip(result["losses"], reference["losses"]):
+        assert got == pytest.approx(want, rel=1e-4)
+    for got, want in zip(result["task_losses"], reference["task_losses"]):
+        assert got == pytest.approx(want, rel=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "waves"])
+def test_both_modes_train_with_the_losses_of_one_process(mode, reference, tmp_path):
+    result, work = run_example(tmp_path, mode)
+    assert_same_losses(result, reference)
+    schedule = json.loads((work / f"{mode}.schedule.json").read_text())
+    slices = schedule["tasks"]["slices"]
+    if mode == "sequential":  # every operator on both devices, data parallel
+        assert all(s[10] == [0, 1] for s in slices)
+
+
+def split_schedule(template):
+    """A hand-made schedule in which data moves between slices of different data-parallel widths on different
+    devices: task 0's encoder on both devices then its head on device 0 (device 1 sends its half of the rows);
+    task 1's encoder on device 1 alone, its head's first two layers on both (device 1 sends device 0 the first
+    half of its rows) and the rest on device 0. Shared layers held by both devices sync in two groups."""
+    doc = dict(template)
+
+    def piece(task, component, first, layers, sequences, dp, wave, devices):
+        return [task, component, first, layers, sequences, 64, 1, dp, 1, wave, devices]
+
+    doc["tasks"] = {"waves": 4, "slices": [
+        piece(0, 0, 0, 6, 16, 2, 0, [0, 1]), piece(0, 1, 0, 3, 16, 1, 1, [0]), piece(1, 0, 0, 6, 12, 1, 1, [1]),
+        piece(1, 2, 0, 2, 12, 2, 2, [0, 1]), piece(1, 2, 2, 3, 12, 1, 3, [0])],
+        "sync_groups": [{"devices": [0, 1], "tp": 1, "layers": [[2, 0], [2, 1]]},
+                        {"devices": [0, 1], "tp": 1, "layers": [[0, layer] for layer in range(6)]}]}
+
+    def send(payload, s, peer):
+        return ["send", payload, s, 0, peer]
+
+    def recv(payload, s, peer):
+        return ["recv", payload, s, 0, peer]
+
+    sync = [["collective", "all_reduce", "gradients", g] for g in range(2)]
+    doc["programs"] = [
+        [["F", 0, 0], send("activation", 0, 1), ["wave", 0],
+         recv("activation", 1, 0), ["F", 1, 0], ["wave", 1],
+         recv("activation", 3, 2), ["F", 3, 0], send("activation", 3, 4), ["wave", 2],
+         recv("activation", 4, 3), ["F", 4, 0], ["wave", 3],
+         ["B", 4, 0], send("gradient", 4, 3), ["wave", 4],
+         recv("gradient", 3, 4), ["B", 3, 0], send("gradient", 3, 2), ["wave", 5], sync[0],
+         ["B", 1, 0], send("gradient", 1, 0), ["wave", 6],
+         recv("gradient", 0, 1), ["B", 0, 0], ["wave", 7], sync[1]],
+        [["F", 0, 0], send("activation", 0, 1), ["wave", 0],
+         ["F", 2, 0], send("activation", 2, 3), ["wave", 1],
+         recv("activation", 3, 2), ["F", 3, 0], send("activation", 3, 4), ["wave", 2],
+         ["wave", 3], ["wave", 4],
+         recv("gradient", 3, 4), ["B", 3, 0], send("gradient", 3, 2), ["wave", 5], sync[0],
+         recv("gradient", 2, 3), ["B", 2, 0], ["wave", 6],
+         recv("gradient", 0, 1), ["B", 0, 0], ["wave", 7], sync[1]]]
+    return doc
+
+
+def test_rows_move_between_slices_of_different_widths(reference, tmp_path):
+    _, work = run_example(tmp_path, "sequential")
+    path = tmp_path / "split.json"
+    path.write_text(json.dumps(split_schedule(json.loads((work / "sequential.schedule.json").read_text()))))
+    result, _ = run_example(tmp_path, "waves", "--schedule", path)
+    assert result["arrangement"] == "given"
+    assert_same_losses(result, reference)
+
+
+def test_wave_plans_are_checked(tmp_path):
+    import fulcrum.runtime as fr
+
+    _, work = run_example(tmp_path, "sequential")
+    doc = json.loads((work / "sequential.schedule.json").read_text())
+    assert len(fr.WavePlan.from_json(doc).slices) == len(doc["tasks"]["slices"])
+    with pytest.raises(ValueError, match="not a multitask schedule"):
+        fr.WavePlan.from_json({k: v for k, v in doc.items() if k != "tasks"})
+    broken = dict(doc, programs=[doc["programs"][0][:-1], doc["programs"][1]])
+    with pytest.raises(ValueError, match="broken.json"):
+        fr.WavePlan.from_json(broken, "broken.json")
+    wide = json.loads(json.dumps(doc))
+    wide["tasks"]["slices"][0][8] = 2  # TP 2: the runtime runs TP 1
+    with pytest.raises(ValueError):
+        fr.WavePlan.from_json(wide, "wide.json")
+
+    # The example's model under its own name: other tests import tiny_vlm's model.py as `model`.
+    spec = importlib.util.spec_from_file_location("tiny_multitask_model", EXAMPLE / "model.py")
+    example = sys.modules.setdefault("tiny_multitask_model", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(example)
+    graph = json.loads((work / "tasks.json").read_text())
+    with pytest.raises(ValueError, match="2 devices, but 1 ranks"):
+        fr.WaveRuntime(example.TinyMultitask(), graph, doc)
