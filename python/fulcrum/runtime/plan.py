@@ -12,6 +12,16 @@ from fulcrum import _core
 PlanSource = Union[str, os.PathLike, Mapping[str, Any], "RuntimePlan"]
 
 
+def read_schedule(source, from_json):
+    """``from_json(document)`` of parsed JSON, or ``from_json(text, path)`` of the file ``source`` names (its path
+    then names it in errors)."""
+    if isinstance(source, Mapping):
+        return from_json(source)
+    path = os.fspath(source)
+    with open(path, encoding="utf-8") as f:
+        return from_json(f.read(), path)
+
+
 @dataclass(frozen=True)
 class RuntimePlan:
     """A schedule as the runtime runs it.
@@ -71,13 +81,7 @@ class RuntimePlan:
 
     @classmethod
     def load(cls, source: PlanSource) -> "RuntimePlan":
-        if isinstance(source, RuntimePlan):
-            return source
-        if isinstance(source, Mapping):
-            return cls.from_json(source)
-        path = os.fspath(source)
-        with open(path, encoding="utf-8") as f:
-            return cls.from_json(f.read(), path)
+        return source if isinstance(source, RuntimePlan) else read_schedule(source, cls.from_json)
 
     @classmethod
     def generate(cls, pipeline: str, layers: int, micro_batches: int, *, pp: int = 1, vpp: int = 1, dp: int = 1,

@@ -22,7 +22,8 @@ import torch.distributed as dist
 from torch import nn
 
 from fulcrum import _core
-from fulcrum.runtime.executor import _buffers, _header
+from fulcrum.runtime.executor import _HEADER, _buffers, _header
+from fulcrum.runtime.plan import read_schedule
 from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
 
 
@@ -79,13 +80,7 @@ class WavePlan:
 
     @classmethod
     def load(cls, source: Union[str, os.PathLike, Mapping[str, Any], "WavePlan"]) -> "WavePlan":
-        if isinstance(source, WavePlan):
-            return source
-        if isinstance(source, Mapping):
-            return cls.from_json(source)
-        path = os.fspath(source)
-        with open(path, encoding="utf-8") as f:
-            return cls.from_json(f.read(), path)
+        return source if isinstance(source, WavePlan) else read_schedule(source, cls.from_json)
 
 
 @dataclass(frozen=True)
@@ -360,15 +355,10 @@ class WaveRuntime:
         with self.timeline.span(f"send {payload} {s}->{peer}", "send", P2P, s):
             for mb in range(sl.micro_batches):
                 if payload == "activation":
-                    # The rows of this rank's output each device of the consumer takes.
+                    # The rows of this rank's output each other device of the consumer takes.
                     own, _ = self._rows(s, self.rank, mb)
-                    targets = []
-                    for d in self.plan.slices[peer].devices:
-                        c, e = self._rows(peer, d, mb)
-                        a, b = self._rows(s, self.rank, mb)
-                        if d != self.rank and max(a, c) < min(b, e):
-                            lo, hi = max(a, c), min(b, e)
-                            targets.append((d, tuple(t[lo - own:hi - own] for t in self.outputs[(s, mb)])))
+                    targets = [(d, tuple(t[c - own:e - own] for t in self.outputs[(s, mb)]))
+                               for d, c, e in self._overlaps(s, mb, peer) if d != self.rank]
                 else:
                     targets = [(d, self.outbox.pop((s, peer, mb, d))) for d in self.plan.slices[peer].devices
                                if (s, peer, mb, d) in self.outbox]
@@ -384,7 +374,7 @@ class WaveRuntime:
                 for d, a, _ in self._overlaps(s, mb, peer):
                     if d == self.rank:
                         continue
-                    header = torch.empty(64, dtype=torch.int64)
+                    header = torch.empty(_HEADER, dtype=torch.int64)
                     dist.recv(header, d, tag=self._tag(payload, peer, s, mb, 0))
                     tensors = _buffers(header)
                     for i, t in enumerate(tensors):
