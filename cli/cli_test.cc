@@ -614,6 +614,13 @@ TEST_F(Cli, PlanBadInput) {
       {"--model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --strategy optimus --baseline-config 1,2,4,1,2 "
        "--export megatron",
        "--strategy optimus: Megatron-LM and DeepSpeed cannot express its encoder plan"},
+      {"--model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --encoders bubbles --export megatron",
+       "--encoders bubbles: --export needs one pipeline over the whole model"},
+      {"--model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --encoders stages --strategy omnibal",
+       "--encoders stages: only --strategy fulcrum chooses where the encoders run"},
+      {"--model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --encoders middle", "unknown encoder placement 'middle'"},
+      {"--model gpt-11b --cluster a100:16 --gbs 64 --no-baselines --encoders bubbles",
+       "model 'gpt-11b' has no encoder"},
   };
   const std::string out = (dir_ / "plan.json").string();
   for (const auto& [args, message] : cases) {

@@ -43,6 +43,8 @@ struct PlanOptions {
   std::string dtype = "bf16";
   std::string out;
   std::string exporter;
+  std::string encoders = "best";
+  int encoder_pp = 0;
   bool json = false;
   bool quiet = false;
   bool no_baselines = false;
@@ -144,9 +146,21 @@ void run_plan(const PlanOptions& o) {
   request.threads = o.threads;
   request.progress = !o.quiet;
   request.llm_in_every_stage = o.megatron_layout;
-  // An exporter and Megatron-LM's layout need one pipeline over the whole model, and so does a plan file of
-  // `fulcrum` while fulcrum.runtime does not run encoder sections (--strategy optimus writes its own).
-  request.encoder_bubbles = o.out.empty() && o.exporter.empty() && !o.megatron_layout;
+  request.encoders = parse_encoder_site(o.encoders);
+  if (o.encoder_pp < 0) throw InputError(fmt::format("--encoder-pp must be at least 1, got {}", o.encoder_pp));
+  request.encoder_pp = o.encoder_pp;
+  if (request.encoders != EncoderSite::kBest && parse_strategy(o.strategy) != Strategy::kFulcrum) {
+    throw InputError(fmt::format("--encoders {}: only --strategy fulcrum chooses where the encoders run",
+                                 o.encoders));
+  }
+  // An exporter and Megatron-LM's layout need one pipeline over the whole model.
+  if (!o.exporter.empty() || o.megatron_layout) {
+    if (request.encoders == EncoderSite::kBubbles) {
+      throw InputError(fmt::format("--encoders bubbles: {} needs one pipeline over the whole model",
+                                   o.exporter.empty() ? "--megatron-layout" : "--export"));
+    }
+    request.encoders = EncoderSite::kStages;
+  }
   if (o.threads < 1) throw InputError(fmt::format("--threads must be at least 1, got {}", o.threads));
   if (o.image_tokens > 0) {
     for (ComponentSpec& c : request.model.components) {
@@ -343,6 +357,11 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_flag("--no-baselines", o->no_baselines, "Skip planning the zero3, megatron and balanced baselines");
   cmd->add_flag("--megatron-layout", o->megatron_layout,
                 "Only plans whose every stage holds LLM layers (what Megatron-LM's pipeline layout can express)");
+  cmd->add_option("--encoders", o->encoders,
+                  "Where fulcrum runs the encoders: best (in the LLM's bubbles where faster), stages, bubbles")
+      ->capture_default_str();
+  cmd->add_option("--encoder-pp", o->encoder_pp,
+                  "Encoders in bubbles: only encoder plans of this many pipeline stages (default: any)");
   cmd->add_option("--out", o->out, "Write the plan and its schedule as JSON");
   cmd->add_option("--export", o->exporter, "Also print the plan as megatron arguments or a deepspeed partition");
   cmd->add_option("--threads", o->threads, "Threads simulating candidates")->capture_default_str();

@@ -254,7 +254,8 @@ def main() -> None:
                 "losses": rounds[m][0]["losses"], "held_out_losses": rounds[m][0]["held_out_losses"],
                 "per_rank": rounds[m][0]["per_rank"],
                 "engine": rounds[m][0]["engine"], "stages": rounds[m][0]["stages"],
-                "schedule": rounds[m][0]["schedule"], "samples_per_step": rounds[m][0]["samples_per_step"],
+                "schedule": rounds[m][0]["schedule"], "encoder": rounds[m][0]["encoder"],
+                "samples_per_step": rounds[m][0]["samples_per_step"],
                 "breakdown": prediction["simulated"]["breakdown"]}
     table["speedups"] = speedups(table["modes"])
     out = Path(a.out)
@@ -273,7 +274,8 @@ def main() -> None:
 
 def speedups(modes: dict) -> dict:
     """Real tokens/s of one mode over another, for the pairs the example is about."""
-    pairs = [("dp-fulcrum", "dp-random"), ("dp-fulcrum", "dp-random-packed"), ("pp-planned", "pp-megatron")]
+    pairs = [("dp-fulcrum", "dp-random"), ("dp-fulcrum", "dp-random-packed"), ("pp-planned", "pp-megatron"),
+             ("pp-bubbles", "pp-planned")]
     return {f"{a} / {b}": modes[a]["tokens_per_second"] / modes[b]["tokens_per_second"]
             for a, b in pairs if a in modes and b in modes}
 

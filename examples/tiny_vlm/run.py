@@ -11,7 +11,10 @@ mode measures the same samples), ``--repeats`` times from the same initial weigh
   dp-fulcrum         Fulcrum's balanced micro-batches (predicted time balanced over ranks), packed
   pp-megatron        a 2-stage 1F1B pipeline laid out as Megatron-LM does: the encoder before the first stage's
                      LLM layers, the LLM's blocks split evenly
-  pp-planned         the 2-stage pipeline `fulcrum plan` chooses (stages, schedule, recomputation)
+  pp-planned         the 2-stage pipeline `fulcrum plan` chooses (stages, schedule, recomputation), the encoder
+                     in its stages
+  pp-bubbles         the LLM's 2-stage pipeline `fulcrum plan` chooses, the encoder on its own plan over both
+                     ranks, its forward and backward passes run in the pipeline's bubbles
 
 Batches come from `fulcrum batch`'s plan of the run's samples (``--samples-per-step`` per step over all ranks,
 ``--micro-batches`` per rank), balanced with the model's cost: measured layer times with ``--profile``, the
@@ -53,6 +56,7 @@ MODES = {
     "dp-fulcrum": (2, 1, "fulcrum", "pack"),
     "pp-megatron": (1, 2, "fulcrum", "caps"),
     "pp-planned": (1, 2, "fulcrum", "caps"),
+    "pp-bubbles": (1, 2, "fulcrum", "caps"),
 }
 DTYPE = "fp32"  # what the CPU trains in
 HELD_OUT_FIRST_INDEX = 1 << 30  # held-out items are numbered past any training item
@@ -104,10 +108,11 @@ def prepare(a) -> dict:
         call([cli, "simulate", "--gbs", str(a.samples_per_step), "--mbs", str(per_micro_batch), "--pp", str(pp),
               "--recompute", "none", "--encoder-placement", "first-stage", "--schedule", "1f1b",
               "--save-schedule", str(schedule), "--quiet", "--json", *cost_args(a, a.workdir)])
-    elif a.mode == "pp-planned":
+    elif a.mode in ("pp-planned", "pp-bubbles"):
         schedule = a.workdir / "schedule.json"
         call([cli, "plan", "--gbs", str(a.samples_per_step), "--data", str(a.workdir / "lengths.json"),
               "--config", f"{dp},1,{pp},1,{per_micro_batch}", "--no-baselines", "--seed", str(a.seed),
+              "--encoders", "stages" if a.mode == "pp-planned" else "bubbles",
               "--quiet", "--json", "--out", str(schedule), *cost_args(a, a.workdir)])
     return {"batches": str(batches), "schedule": str(schedule) if schedule else None, "dp": dp, "pp": pp,
             "samples": samples}
@@ -186,7 +191,7 @@ def summarize(a, setup: dict, ranks: list[dict]) -> dict:
         "mode": a.mode, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
         "samples_per_step": a.samples_per_step, "micro_batches_per_rank": a.micro_batches, "dp": setup["dp"],
         "pp": setup["pp"], "batcher": MODES[a.mode][2], "engine": ranks[0]["engine"],
-        "stages": ranks[0]["stages"], "schedule": ranks[0]["pipeline"],
+        "stages": ranks[0]["stages"], "schedule": ranks[0]["pipeline"], "encoder": ranks[0]["encoder"],
         **timing(by_repeat, tokens),
         "real_tokens_per_step": tokens,
         "losses": ranks[0]["repeats"][0]["losses"],
@@ -269,11 +274,12 @@ def worker(a, setup: dict) -> None:
         model = TinyVlm(config, seed=a.seed)
         runtime = fr.Runtime(model, setup["schedule"], token_loss_sum, micro_batches=a.micro_batches)
         optimizer = torch.optim.AdamW(list(runtime.parameters()), lr=a.lr)
-        record.update(engine=runtime.engine, stages=[list(s) for s in runtime.plan.stages],
-                      pipeline=runtime.plan.pipeline)
         p = runtime.plan
-        # The global rank training each layer: its stage's pipeline rank in data-parallel replica 0.
-        owners = [(s % p.pp) * dp for s, (first, end) in enumerate(p.stages) for _ in range(first, end)]
+        record.update(engine=runtime.engine, stages=[list(s) for s in p.stages], pipeline=p.pipeline,
+                      encoder=None if p.encoder is None else {
+                          "dp": p.encoder.dp, "pp": p.encoder.pp, "stages": [list(s) for s in p.encoder.stages],
+                          "llm_micro_batch": [list(m) for m in p.encoder.llm_micro_batch]})
+        owners = p.layer_ranks()  # the global rank training each layer, in data-parallel replica 0
         evaluate = not record["repeats"] and a.held_out > 0
         held_out = []
 

@@ -449,6 +449,11 @@ OptimusPlan plan_optimus(const OptimusInputs& in) {
   const std::vector<EncoderPlan> plans = encoder_plans(*in.model, in.llm_layout, memory, &out.rejected);
   bool found = false;
   for (const EncoderPlan& plan : plans) {
+    if (in.encoder_pp > 0 && plan.pp != in.encoder_pp) {
+      out.rejected.push_back(fmt::format("encoder PP {} TP {}: the request pins encoder PP {}", plan.pp, plan.tp,
+                                         in.encoder_pp));
+      continue;
+    }
     if (plan.pipelines > in.micro_batches) {
       out.rejected.push_back(fmt::format("encoder PP {} TP {}: {} encoder pipelines for {} micro-batches", plan.pp,
                                          plan.tp, plan.pipelines, in.micro_batches));

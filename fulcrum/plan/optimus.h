@@ -46,6 +46,7 @@ struct OptimusInputs {
   // planned by another strategy) instead of the even split above; its layout must be llm_layout's.
   const Schedule* llm_schedule_given = nullptr;
   int micro_batches = 0;                       // per LLM pipeline
+  int encoder_pp = 0;                          // only encoder plans of this many stages; 0: any
   MicroBatchLoads loads;                       // one step's, as the simulator takes them
   Dtype dtype = Dtype::kBf16;
   // Splits of one encoder plan evaluated exhaustively up to this count; beyond, the descent of

@@ -46,6 +46,13 @@ Strategy parse_strategy(std::string_view name) {
       fmt::format("unknown strategy '{}': use zero3, megatron, balanced, omnibal, optimus or fulcrum", name));
 }
 
+EncoderSite parse_encoder_site(std::string_view name) {
+  if (name == "best") return EncoderSite::kBest;
+  if (name == "stages") return EncoderSite::kStages;
+  if (name == "bubbles") return EncoderSite::kBubbles;
+  throw InputError(fmt::format("unknown encoder placement '{}': use best, stages or bubbles", name));
+}
+
 Recipe recipe_of(Strategy strategy) {
   Recipe r;
   r.name = std::string(strategy_name(strategy));
@@ -191,7 +198,7 @@ class Planner {
     plan.candidates = static_cast<int>(configs.size());
     plan.feasible = feasible;
     if (recipe_.encoder_in_bubbles) move_encoders_into_bubbles(plan);
-    if (recipe_.try_encoder_bubbles && r_.encoder_bubbles) try_encoder_bubbles(plan);
+    if (recipe_.try_encoder_bubbles && r_.encoders != EncoderSite::kStages) try_encoder_bubbles(plan);
     return plan;
   }
 
@@ -633,7 +640,14 @@ class Planner {
   }
 
   void try_encoder_bubbles(TrainingPlan& plan) const {
-    if (!r_.model.has_encoder()) return;
+    const bool forced = r_.encoders == EncoderSite::kBubbles;
+    if (!r_.model.has_encoder()) {
+      if (forced) {
+        throw InputError(fmt::format("the encoders cannot run in the LLM's bubbles: model '{}' has no encoder",
+                                     r_.model.name));
+      }
+      return;
+    }
     PlanRequest sub = r_;
     sub.model = llm_only(r_.model);
     sub.data = data_;  // the samples with their images (synthetic ones included), which the encoders still run
@@ -653,6 +667,7 @@ class Planner {
       break;
     }
     if (!r_.config) configs.push_back(std::nullopt);
+    std::string why_not;
     for (const std::optional<ParallelConfig>& config : configs) {
       sub.config = config;
       try {
@@ -665,22 +680,34 @@ class Planner {
         for (const EncoderPlan& e : encoder_plans(r_.model, layout, {std::vector<double>(layout.pp, 0.0), INFINITY})) {
           least = std::min(least, *std::max_element(e.stage_state_bytes.begin(), e.stage_state_bytes.end()));
         }
-        if (!std::isfinite(least)) continue;
+        if (!std::isfinite(least)) {
+          why_not = "no encoder plan fits the layout";
+          continue;
+        }
         sub.config = first.config;
         sub.cluster.reserve_bytes += least;
         Planner llm_planner(recipe, sub);
         const TrainingPlan llm_plan = llm_planner.run();
         const LoadSet& loads = llm_planner.loads_of(llm_plan.config);
         // A smaller split search than `optimus`'s own: this runs beside a whole configuration search.
-        // A candidate slower than the plan on the first step is not scheduled on the others.
-        const OptimusOutcome o = encoders_in_bubbles(plan, &llm_plan.schedule, loads, StepSchedules::kPerStep,
-                                                     kTrySplitEvaluations, plan.detail.iteration_seconds);
-        if (o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
+        // A candidate slower than the plan on the first step is not scheduled on the others, unless the
+        // request wants the encoders in bubbles and none is there yet.
+        const bool must_adopt = forced && !plan.optimus;
+        const OptimusOutcome o =
+            encoders_in_bubbles(plan, &llm_plan.schedule, loads, StepSchedules::kPerStep, kTrySplitEvaluations,
+                                must_adopt ? std::numeric_limits<double>::infinity() : plan.detail.iteration_seconds);
+        if (must_adopt ||
+            o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
           adopt(plan, o, loads, &llm_plan.config);
         }
-      } catch (const InputError&) {
+      } catch (const InputError& e) {
         // No encoder plan fits beside this LLM plan, or the LLM alone fits no schedule: nothing to adopt.
+        why_not = e.what();
       }
+    }
+    if (forced && !plan.optimus) {
+      throw InputError(fmt::format("the encoders cannot run in the LLM's bubbles on this configuration: {}",
+                                   why_not.empty() ? "no encoder plan fits" : why_not));
     }
   }
 
@@ -717,6 +744,7 @@ class Planner {
     in.llm_recompute = Recompute::kFull;
     in.llm_schedule_given = llm_schedule;
     in.micro_batches = llm_schedule ? llm_schedule->micro_batches : micro_batches_of(c);
+    in.encoder_pp = r_.encoder_pp;
     in.dtype = r_.dtype;
     if (loads.steps.empty()) throw InputError("no step of the plan to place the encoders in");
     in.loads = loads.steps.front();

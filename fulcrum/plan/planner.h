@@ -45,6 +45,10 @@ enum class PartitionMethod {
   kOmnibal,       // OmniBal's anchored neighbourhood, the best three simulated
   kExact,         // the min-max partition with boundary transfers, cut again for the recomputation it allows
 };
+enum class EncoderSite : uint8_t { kBest, kStages, kBubbles };
+// "best", "stages", "bubbles"; InputError otherwise.
+EncoderSite parse_encoder_site(std::string_view name);
+
 struct Recipe {
   std::string name;
   std::string batcher = "random";  // random, isf or fulcrum
@@ -106,9 +110,12 @@ struct PlanRequest {
   // Every stage holds at least one LLM layer (what Megatron-LM's pipeline layout can express: encoders then go
   // in the first stage with LLM layers).
   bool llm_in_every_stage = false;
-  // Recipes with try_encoder_bubbles may move the encoders into the LLM's bubbles. Off where the plan must be
-  // one pipeline over the whole model (an exporter, Megatron-LM's layout, a plan file for fulcrum.runtime).
-  bool encoder_bubbles = true;
+  // Where recipes with try_encoder_bubbles put the encoders: kBest moves them into the LLM's bubbles where that
+  // is faster; kStages keeps them in the pipeline's stages (where the plan must be one pipeline over the whole
+  // model: an exporter, Megatron-LM's layout); kBubbles moves them whatever it costs (to run or measure that
+  // arrangement), InputError when no encoder plan fits.
+  EncoderSite encoders = EncoderSite::kBest;
+  int encoder_pp = 0;  // encoders in bubbles: only encoder plans of this many pipeline stages; 0: any
   int sampled_steps = 8;  // steps of the epoch simulated per candidate, spread evenly; their mean is used
   int threads = 2;
   bool progress = true;  // a progress bar on stderr when it is a terminal

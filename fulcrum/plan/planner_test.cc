@@ -217,10 +217,10 @@ TEST(MakePlan, OptimusMovesTheEncoderIntoTheLlmsBubbles) {
 // fulcrum keeps the encoders in bubbles only where that is faster, and never where the request rules it out.
 TEST(MakePlan, FulcrumKeepsEncodersInBubblesOnlyWhereTheyWin) {
   PlanRequest r = small_request();
-  r.encoder_bubbles = false;
+  r.encoders = EncoderSite::kStages;
   const TrainingPlan whole = make_plan(Strategy::kFulcrum, r);
   EXPECT_EQ(whole.optimus, nullptr);
-  r.encoder_bubbles = true;
+  r.encoders = EncoderSite::kBest;
   const TrainingPlan best = make_plan(Strategy::kFulcrum, r);
   EXPECT_LE(best.epoch_seconds, whole.epoch_seconds);
   if (best.optimus) {
@@ -230,7 +230,16 @@ TEST(MakePlan, FulcrumKeepsEncodersInBubblesOnlyWhereTheyWin) {
   } else {
     EXPECT_EQ(best.epoch_seconds, whole.epoch_seconds);
   }
+  // Asked for, the encoders go into bubbles whether or not that wins, and no faster than the best choice.
+  r.encoders = EncoderSite::kBubbles;
+  const TrainingPlan forced = make_plan(Strategy::kFulcrum, r);
+  ASSERT_NE(forced.optimus, nullptr);
+  EXPECT_TRUE(forced.schedule.encoder.present());
+  EXPECT_NO_THROW(validate(forced.schedule));
+  EXPECT_GE(forced.epoch_seconds, best.epoch_seconds * (1 - 1e-12));
+  if (best.optimus) EXPECT_DOUBLE_EQ(forced.epoch_seconds, best.epoch_seconds);
   // An LLM alone has no encoder to move.
+  r.encoders = EncoderSite::kBest;
   r.model = llm_only(r.model);
   EXPECT_EQ(make_plan(Strategy::kFulcrum, r).optimus, nullptr);
 }

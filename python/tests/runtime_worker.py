@@ -37,7 +37,30 @@ LAYOUTS = {
     "1f1b": (1, 2, 1, "1f1b", 4),
     "interleaved": (1, 2, 2, "interleaved", 4),
     "zb-h1": (1, 2, 1, "zb-h1", 4),
+    # The encoders on their own plan in the LLM pipeline's bubbles: `fulcrum plan --encoders bubbles`, with the
+    # encoder's stages pinned through --encoder-pp: two encoder replicas (one per rank, features sent from rank 1
+    # to the LLM's first stage) or one encoder pipeline over both ranks.
+    "bubbles-dp": (1, 2, 1, "bubbles", 4),
+    "bubbles-pp": (1, 2, 1, "bubbles", 4),
 }
+
+
+def bubble_plan(layout, model, micro_batches, out):
+    """The planner's schedule for ``layout`` (a bubbles-* layout) of ``model``, written to ``out``."""
+    import subprocess
+
+    cli = os.environ.get("FULCRUM_CLI") or str(REPO / "build" / "fulcrum")
+    model_file = Path(out + ".model.json")
+    model_file.write_text(json.dumps(model.fulcrum_model()))
+    encoder_pp = "1" if layout == "bubbles-dp" else "2"
+    done = subprocess.run([cli, "plan", "--model", str(model_file), "--cluster", "cpu:2", "--dtype", "fp32",
+                           "--gbs", str(micro_batches * GROUP), "--seq", "96", "--images-per-sample", "1",
+                           "--config", f"1,1,2,1,{GROUP}", "--encoders", "bubbles", "--encoder-pp", encoder_pp,
+                           "--no-baselines", "--quiet", "--out", out + ".plan.json"],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(done.stderr)
+    return out + ".plan.json"
 
 
 def step_groups(step, replicas, micro_batches):
@@ -90,6 +113,8 @@ def main():
     rank = dist.get_rank()
     if pp == 1:
         plan = None
+    elif pipeline == "bubbles":
+        plan = bubble_plan(a.layout, model, micro_batches, a.out)
     else:
         # Uneven stages, full recomputation of some blocks and selective of others: the plan decides both.
         recompute = ["none"] * layers

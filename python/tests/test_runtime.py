@@ -60,6 +60,33 @@ def test_two_gloo_ranks_train_as_one_process(layout, engine, reference, tmp_path
     assert 0 < result["compute_seconds"] <= result["seconds"]
 
 
+@pytest.mark.parametrize("layout, encoder_dp, encoder_pp", [("bubbles-dp", 2, 1), ("bubbles-pp", 1, 2)])
+def test_encoders_in_the_pipelines_bubbles_train_as_one_process(layout, encoder_dp, encoder_pp, reference, tmp_path):
+    # `fulcrum plan --encoders bubbles`: the LLM pipeline over 2 ranks, the encoder on its own plan beside it.
+    result = run_worker(layout, tmp_path / "result.json")
+    assert result["engine"] == "executor"
+    plan = json.loads((tmp_path / "result.json.plan.json").read_text())["schedule"]
+    encoder = plan["encoder"]
+    assert (encoder["dp"], encoder["pp"]) == (encoder_dp, encoder_pp)
+    # The LLM's stages start after the encoder side; both ranks run encoder passes, forward and backward.
+    assert plan["stages"][0][0] == encoder["stages"][-1][-1][1]
+    for program in plan["programs"]:
+        assert {i[5] for i in program if i[0] == "encoder"} == {"forward", "backward"}
+    assert_same_training(result, reference)
+
+
+def test_encoder_stages_are_one_run_of_the_layer_chain():
+    from fulcrum.runtime.encoder import EncoderLayout
+
+    section = {"dp": 1, "pp": 2, "tp": 1, "pipelines": 1, "llm_micro_batch": [[0, 1]],
+               "stages": [[[0, 3]], [[3, 5], [5, 6]]]}
+    layout = EncoderLayout.from_json(section, 2, "plan.json")
+    assert layout.stages == ((0, 3), (3, 6)) and layout.rank_of(0, 1) == 1 and layout.micro_batch_of(0, 1) == 1
+    # Two encoders cut into two stages: each stage holds a piece of both, which one layer chain cannot run.
+    with pytest.raises(ValueError, match="plan.json: encoder stage 0 holds layers that are not one run"):
+        EncoderLayout.from_json(dict(section, stages=[[[0, 2], [4, 6]], [[2, 4], [6, 8]]]), 2, "plan.json")
+
+
 def test_the_executor_runs_what_torch_runs(reference, tmp_path):
     # Forcing Fulcrum's executor onto a 1F1B plan gives the same training as the public schedule.
     assert_same_training(run_worker("1f1b", tmp_path / "result.json", "--engine", "executor"), reference)
@@ -101,8 +128,8 @@ def test_plan_files_are_checked():
         fr.RuntimePlan.from_json(dict(doc, layout=dict(doc["layout"], tp=2, dp=1)))
     with pytest.raises(ValueError, match="neither a schedule"):
         fr.RuntimePlan.from_json({"fulcrum": 1, "kind": "batch_plan"})
-    with pytest.raises(ValueError, match="encoder sections"):
-        fr.RuntimePlan.from_json(dict(doc, encoder={"dp": 2, "pp": 1, "tp": 1, "pipelines": 2}))
+    with pytest.raises(ValueError, match="broken.json"):  # the core checks encoder sections too
+        fr.RuntimePlan.from_json(dict(doc, encoder={"dp": 2, "pp": 1, "tp": 1, "pipelines": 2}), "broken.json")
     with pytest.raises(ValueError, match="multitask schedule .*WaveRuntime"):
         fr.RuntimePlan.from_json(dict(doc, tasks={"waves": 1, "slices": [], "sync_groups": []}))
 

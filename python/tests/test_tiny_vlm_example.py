@@ -76,6 +76,25 @@ def test_short_planned_pipeline_run(tmp_path):
     assert [k for k, _ in held] == [0, 3] and held[1][1] < held[0][1]
 
 
+def test_encoder_in_the_pipelines_bubbles_trains_as_the_planned_pipeline(tmp_path):
+    bubbles, work = short_run(tmp_path, "pp-bubbles")
+    plan = json.loads((work / "schedule.json").read_text())["schedule"]
+    # The encoder (patch embedding, 6 blocks, norm) and projector on their own plan over both ranks, the LLM's
+    # pipeline after them; both ranks run encoder passes in the program's order.
+    encoder = bubbles["encoder"]
+    assert encoder is not None and encoder["stages"][0][0] == 0 and encoder["stages"][-1][1] == 9
+    assert bubbles["stages"][0][0] == 9 and bubbles["stages"][-1][1] == 20 and bubbles["engine"] == "executor"
+    assert all(any(i[0] == "encoder" for i in program) for program in plan["programs"])
+    # The same samples in the same micro-batches as the planned pipeline with the encoder in its first stage:
+    # the same training, whatever order the passes ran in.
+    planned, _ = short_run(tmp_path, "pp-planned")
+    assert planned["encoder"] is None and planned["stages"][0][0] == 0
+    assert bubbles["losses"] == pytest.approx(planned["losses"], rel=1e-4)
+    assert [k for k, _ in bubbles["held_out_losses"]] == [k for k, _ in planned["held_out_losses"]]
+    assert [x for _, x in bubbles["held_out_losses"]] == pytest.approx([x for _, x in planned["held_out_losses"]],
+                                                                        rel=1e-4)
+
+
 def test_megatron_pipeline_holds_the_encoder_in_the_first_stage(tmp_path):
     result, _ = short_run(tmp_path, "pp-megatron")
     # Encoder (patch embedding, 6 blocks, norm), projector, token embedding and half of the 8 LLM blocks first.

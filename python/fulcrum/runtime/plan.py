@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from fulcrum import _core
+from fulcrum.runtime.encoder import EncoderLayout
 
 PlanSource = Union[str, os.PathLike, Mapping[str, Any], "RuntimePlan"]
 
@@ -28,7 +29,8 @@ class RuntimePlan:
 
     ``stages`` are the virtual stages' ``[first, end)`` ranges of the flattened layer chain (``pp × vpp`` of them;
     stage ``s`` runs on pipeline rank ``s % pp``), ``recompute`` one mode per layer (``none``, ``selective``,
-    ``full``), ``programs`` the instruction list of each pipeline rank in Fulcrum's schedule JSON form.
+    ``full``), ``programs`` the instruction list of each pipeline rank in Fulcrum's schedule JSON form. With an
+    ``encoder`` section, the stages cover the layers after the encoders', which run on their own plan.
     """
 
     pipeline: str
@@ -40,6 +42,18 @@ class RuntimePlan:
     recompute: tuple
     programs: tuple = field(repr=False)
     text: str = field(repr=False, default="")
+    encoder: Optional[EncoderLayout] = None  # the encoders' own plan, their work in the LLM's bubbles
+
+    def layer_ranks(self, dp_rank: int = 0) -> list[int]:
+        """Per layer of the chain, the global rank holding it in data-parallel replica ``dp_rank`` (for an
+        encoder layer replicated over encoder pipelines, the one of pipeline 0)."""
+        ranks = [-1] * self.layers
+        for s, (first, end) in enumerate(self.stages):
+            ranks[first:end] = [(s % self.pp) * self.dp + dp_rank] * (end - first)
+        if self.encoder is not None:
+            for e, (first, end) in enumerate(self.encoder.stages):
+                ranks[first:end] = [self.encoder.rank_of(0, e) * self.dp + dp_rank] * (end - first)
+        return ranks
 
     @property
     def layers(self) -> int:
@@ -61,9 +75,6 @@ class RuntimePlan:
         schedule = doc.get("schedule", doc) if doc.get("kind") != "schedule" else doc
         if not isinstance(schedule, Mapping) or schedule.get("kind") != "schedule":
             raise ValueError(f"{where}: neither a schedule nor a plan holding one")
-        if "encoder" in schedule:
-            raise ValueError(f"{where}: the runtime does not run encoder sections (encoders in the LLM's bubbles) "
-                             "yet; plan with another strategy")
         if "tasks" in schedule:
             raise ValueError(f"{where}: a multitask schedule (waves of task slices): run it with WaveRuntime")
         text = json.dumps(schedule)
@@ -77,7 +88,9 @@ class RuntimePlan:
         return cls(pipeline=str(schedule["pipeline"]), dp=int(layout["dp"]), pp=int(layout["pp"]),
                    vpp=int(layout["vpp"]), micro_batches=int(schedule["micro_batches"]),
                    stages=tuple((int(a), int(b)) for a, b in schedule["stages"]), recompute=tuple(modes),
-                   programs=tuple(tuple(tuple(i) for i in p) for p in schedule["programs"]), text=text)
+                   programs=tuple(tuple(tuple(i) for i in p) for p in schedule["programs"]), text=text,
+                   encoder=EncoderLayout.from_json(schedule["encoder"], int(layout["pp"]), where)
+                   if "encoder" in schedule else None)
 
     @classmethod
     def load(cls, source: PlanSource) -> "RuntimePlan":

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from fulcrum.runtime.encoder import EncoderStage
 from fulcrum.runtime.executor import ScheduleExecutor
 from fulcrum.runtime.plan import PlanSource, RuntimePlan
 from fulcrum.runtime.stage import StageModule
@@ -64,6 +65,8 @@ class Runtime:
 
     Ranks: pipeline rank ``rank // dp``, data-parallel rank ``rank % dp`` (pipeline rank slowest, as in
     Megatron-LM). Each rank holds only its stages' layers; ``parameters()`` are what its optimizer updates.
+    A plan with an encoder section (``fulcrum plan --encoders bubbles``) also gives each rank one stage of the
+    encoders' own plan, whose passes the executor runs in the LLM pipeline's bubbles.
     """
 
     def __init__(self, model: nn.Module, plan: Optional[PlanSource] = None, loss_fn: Optional[LossFn] = None, *,
@@ -91,10 +94,17 @@ class Runtime:
         self.loss_fn, self.labels_key, self.ignore_index = loss_fn, labels_key, ignore_index
         self.timeline = Timeline(timeline)
         self._dp_group, self._pp_group = self._make_groups() if initialized else (None, None)
+        self._encoder_group = self._make_encoder_group() if initialized and p.encoder is not None else None
 
         self.stage_ids = p.stages_of(self.pipeline_rank)
         last = len(p.stages) - 1
         self.stages = {s: StageModule(model, *p.stages[s], p.recompute, pad_output=s != last) for s in self.stage_ids}
+        self.encoder = None
+        if p.encoder is not None:
+            program = p.programs[self.pipeline_rank]
+            trains = any(i[0] == "encoder" and i[5] != "forward" for i in program)
+            self.encoder = EncoderStage(model, *p.encoder.stages[p.encoder.stage_on(self.pipeline_rank)],
+                                        p.recompute, trains)
         self.engine = self._choose_engine(engine)
         self._build_engine()
 
@@ -117,11 +127,29 @@ class Runtime:
             pp_group = dist.group.WORLD if p.pp > 1 else None
         return dp_group, pp_group
 
+    def _make_encoder_group(self):
+        """The replicas of this rank's encoder stage: every encoder pipeline's, in every data-parallel replica."""
+        p, layout = self.plan, self.plan.encoder
+        mine = None
+        for e in range(layout.pp):
+            ranks = sorted(layout.rank_of(j, e) * p.dp + d for j in range(layout.pipelines) for d in range(p.dp))
+            if len(ranks) == 1:
+                group = None
+            elif len(ranks) == self.world_size:
+                group = dist.group.WORLD
+            else:
+                group = dist.new_group(ranks)  # every rank creates every group, in the same order
+            if self.rank in ranks:
+                mine = group
+        return mine
+
     def _choose_engine(self, requested: str) -> str:
         p = self.plan
         if requested not in ("auto", "ddp", "torch", "executor"):
             raise ValueError(f"engine must be auto, ddp, torch or executor, got {requested!r}")
-        if p.pp == 1 and p.vpp == 1:
+        if p.encoder is not None:
+            natural = "executor"  # only Fulcrum's executor runs the encoders' passes in the LLM's bubbles
+        elif p.pp == 1 and p.vpp == 1:
             natural = "ddp"
         elif (p.vpp == 1 and p.pipeline in ("gpipe", "1f1b") and all(
                 _program_order(p.programs[r]) == _torch_pipeline_order(p.pipeline, p.pp, r, p.micro_batches)
@@ -167,7 +195,8 @@ class Runtime:
         else:
             peers = {q: q * p.dp + self.dp_rank for q in range(p.pp)}
             self._executor = ScheduleExecutor(self.plan, self.stages, self.pipeline_rank, peers, self._scaled_loss,
-                                              self.labels_key, self.timeline, self._reduce_stage_gradients)
+                                              self.labels_key, self.timeline, self._reduce_stage_gradients,
+                                              self.encoder, self._reduce_encoder_gradients)
 
     def _instrument_pipeline_stage(self, s: int):
         stage, timeline = self._pipe_stage, self.timeline
@@ -185,6 +214,8 @@ class Runtime:
 
     # -- a step -------------------------------------------------------------------------------------------------
     def parameters(self):
+        if self.encoder is not None:
+            yield from self.encoder.parameters()
         for s in self.stage_ids:
             yield from self.stages[s].parameters()
 
@@ -284,12 +315,16 @@ class Runtime:
         if self.plan.dp > 1:
             self._all_reduce_gradients(self.stages[stage].parameters())
 
-    def _all_reduce_gradients(self, parameters) -> None:
+    def _reduce_encoder_gradients(self) -> None:
+        if self._encoder_group is not None:
+            self._all_reduce_gradients(self.encoder.parameters(), self._encoder_group)
+
+    def _all_reduce_gradients(self, parameters, group=None) -> None:
         grads = [q.grad for q in parameters if q.grad is not None]
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=self._dp_group)
+        dist.all_reduce(flat, group=self._dp_group if group is None else group)
         at = 0
         for g in grads:
             g.copy_(flat[at:at + g.numel()].view_as(g))

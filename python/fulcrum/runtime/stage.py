@@ -9,6 +9,26 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 
+def set_up_recompute(model: nn.Module, first: int, end: int, recompute: Sequence[str]) -> list[bool]:
+    """Sets selective recomputation on the model's layers ``[first, end)`` (``model.set_recompute``) and returns,
+    per layer, whether it is checkpointed whole: full recomputation, or selective without ``set_recompute``."""
+    set_recompute = getattr(model, "set_recompute", None)
+    whole = []
+    for i in range(first, end):
+        mode = recompute[i]
+        whole.append(mode == "full" or (mode == "selective" and set_recompute is None))
+        if set_recompute is not None:
+            set_recompute(i, "selective" if mode == "selective" else "none")
+    return whole
+
+
+def run_layer(layer: nn.Module, checkpointed: bool, state: tuple, batch: Mapping[str, Any]) -> tuple:
+    """``layer(state, batch)`` as a tuple, under ``torch.utils.checkpoint`` when ``checkpointed``."""
+    if checkpointed and torch.is_grad_enabled():
+        return tuple(checkpoint(layer, state, batch, use_reentrant=False))
+    return tuple(layer(state, batch))
+
+
 class StageModule(nn.Module):
     """Layers ``[first, end)`` of ``model.layers``, where each layer is ``layer(state, batch) -> state``.
 
@@ -32,23 +52,12 @@ class StageModule(nn.Module):
         self._pad_output = pad_output
         self._to_boundary = getattr(model, "to_boundary", None)
         self._from_boundary = getattr(model, "from_boundary", None)
-        set_recompute = getattr(model, "set_recompute", None)
-        self._checkpointed = []
-        for i in range(first, end):
-            mode = recompute[i]
-            whole = mode == "full" or (mode == "selective" and set_recompute is None)
-            if set_recompute is not None:
-                set_recompute(i, "selective" if mode == "selective" else "none")
-            self._checkpointed.append(whole)
+        self._checkpointed = set_up_recompute(model, first, end, recompute)
 
     def run(self, state: tuple, batch: Mapping[str, Any]) -> tuple:
         """The stage's layers on ``state`` (already trimmed), without boundary padding."""
         for layer, whole in zip(self.layers, self._checkpointed):
-            if whole and torch.is_grad_enabled():
-                state = checkpoint(layer, state, batch, use_reentrant=False)
-            else:
-                state = layer(state, batch)
-            state = tuple(state)
+            state = run_layer(layer, whole, state, batch)
         return state
 
     def forward(self, *received: torch.Tensor, **batch: Any):
