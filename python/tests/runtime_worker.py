@@ -42,25 +42,26 @@ LAYOUTS = {
     # to the LLM's first stage) or one encoder pipeline over both ranks.
     "bubbles-dp": (1, 2, 1, "bubbles", 4),
     "bubbles-pp": (1, 2, 1, "bubbles", 4),
+    "bubbles-dp2": (2, 2, 1, "bubbles", 2),  # 4 ranks: two LLM pipelines, each encoder stage's replicas across both
 }
 
 
 def bubble_plan(layout, model, micro_batches, out):
-    """The planner's schedule for ``layout`` (a bubbles-* layout) of ``model``, written to ``out``."""
+    """Writes the planner's schedule for ``layout`` (a bubbles-* layout) of ``model`` to ``out``."""
     import subprocess
 
     cli = os.environ.get("FULCRUM_CLI") or str(REPO / "build" / "fulcrum")
-    model_file = Path(out + ".model.json")
+    model_file = Path(out).with_suffix(".model.json")
     model_file.write_text(json.dumps(model.fulcrum_model()))
-    encoder_pp = "1" if layout == "bubbles-dp" else "2"
-    done = subprocess.run([cli, "plan", "--model", str(model_file), "--cluster", "cpu:2", "--dtype", "fp32",
-                           "--gbs", str(micro_batches * GROUP), "--seq", "96", "--images-per-sample", "1",
-                           "--config", f"1,1,2,1,{GROUP}", "--encoders", "bubbles", "--encoder-pp", encoder_pp,
-                           "--no-baselines", "--quiet", "--out", out + ".plan.json"],
+    dp = LAYOUTS[layout][0]
+    encoder_pp = "2" if layout == "bubbles-pp" else "1"
+    done = subprocess.run([cli, "plan", "--model", str(model_file), "--cluster", f"cpu:{2 * dp}", "--dtype", "fp32",
+                           "--gbs", str(dp * micro_batches * GROUP), "--seq", "96", "--images-per-sample", "1",
+                           "--config", f"{dp},1,2,1,{GROUP}", "--encoders", "bubbles", "--encoder-pp", encoder_pp,
+                           "--no-baselines", "--quiet", "--out", out],
                           capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(done.stderr)
-    return out + ".plan.json"
 
 
 def step_groups(step, replicas, micro_batches):
@@ -114,7 +115,10 @@ def main():
     if pp == 1:
         plan = None
     elif pipeline == "bubbles":
-        plan = bubble_plan(a.layout, model, micro_batches, a.out)
+        plan = a.out + ".plan.json"
+        if rank == 0:  # one rank writes the plan, every rank reads it
+            bubble_plan(a.layout, model, micro_batches, plan)
+        dist.barrier()
     else:
         # Uneven stages, full recomputation of some blocks and selective of others: the plan decides both.
         recompute = ["none"] * layers

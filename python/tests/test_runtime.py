@@ -60,10 +60,15 @@ def test_two_gloo_ranks_train_as_one_process(layout, engine, reference, tmp_path
     assert 0 < result["compute_seconds"] <= result["seconds"]
 
 
-@pytest.mark.parametrize("layout, encoder_dp, encoder_pp", [("bubbles-dp", 2, 1), ("bubbles-pp", 1, 2)])
-def test_encoders_in_the_pipelines_bubbles_train_as_one_process(layout, encoder_dp, encoder_pp, reference, tmp_path):
+@pytest.mark.parametrize("layout, encoder_dp, encoder_pp, processes", [
+    ("bubbles-dp", 2, 1, 2),   # an encoder replica per rank; rank 1's features go to the LLM's first stage
+    ("bubbles-pp", 1, 2, 2),   # one encoder pipeline over both ranks
+    ("bubbles-dp2", 4, 1, 4),  # two LLM replicas: the encoder's gradients reduced over all four ranks
+])
+def test_encoders_in_the_pipelines_bubbles_train_as_one_process(layout, encoder_dp, encoder_pp, processes, reference,
+                                                                 tmp_path):
     # `fulcrum plan --encoders bubbles`: the LLM pipeline over 2 ranks, the encoder on its own plan beside it.
-    result = run_worker(layout, tmp_path / "result.json")
+    result = run_worker(layout, tmp_path / "result.json", processes=processes)
     assert result["engine"] == "executor"
     plan = json.loads((tmp_path / "result.json.plan.json").read_text())["schedule"]
     encoder = plan["encoder"]
