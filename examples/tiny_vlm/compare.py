@@ -56,38 +56,13 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
     model_json = model.fulcrum_model()
     table = fp.profile_model(model, model_json, PROFILE_TOKENS, dtype=run.DTYPE, warmup=2, repeats=3,
                              rounds=rounds)
-    # From a few KB (the latency) to the 12 MB of the model's gradients.
-    fit = fp.benchmark_all_reduce((1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), repeats=9)
-    a = torch.randn(256, 256)
-
-    def compute():
-        for _ in range(200):
-            torch.mm(a, a)
-
-    slowdown = fp.measure_compute_slowdown(compute, size_bytes=1 << 23, repeats=5)
-    params = list(model.parameters())
-    for q in params:
-        q.grad = torch.randn_like(q)
-    optimizer = torch.optim.AdamW(params, lr=1e-3)
-    times = []
-    for i in range(3 + 9):
-        dist.barrier()
-        start = time.perf_counter()
-        optimizer.step()
-        if i >= 3:
-            times.append(time.perf_counter() - start)
-    cluster = fp.cpu_cluster(2, fit, compute_slowdown=slowdown, optimizer_seconds=statistics.median(times),
-                             optimizer_parameters=sum(q.numel() for q in params))
+    calibration = fp.calibrate_cpu(model.parameters())
     whole = whole_model_seconds(model)
     if rank == 0:
         (out_dir / "whole_model.json").write_text(json.dumps({"seconds": whole}) + "\n")
         fp.write_profile(out_dir / "profile.json", table)
-        (out_dir / "cluster.json").write_text(json.dumps(cluster, indent=1) + "\n")
-        (out_dir / "calibration.json").write_text(json.dumps({
-            "all_reduce": {"latency_seconds": fit.latency_seconds, "bytes_per_second": fit.bytes_per_second,
-                           "sizes_bytes": fit.sizes_bytes, "seconds": fit.seconds},
-            "communication_compute_slowdown": slowdown, "optimizer_seconds": statistics.median(times),
-            "parameters": sum(q.numel() for q in params)}, indent=1) + "\n")
+        (out_dir / "cluster.json").write_text(json.dumps(calibration.cluster(), indent=1) + "\n")
+        (out_dir / "calibration.json").write_text(json.dumps(calibration.record(), indent=1) + "\n")
     from fulcrum.runtime import end_rank
 
     end_rank()
@@ -102,7 +77,6 @@ def whole_model_seconds(model, warmup: int = 2, repeats: int = 7) -> float:
     """Median seconds of forward and backward of the whole model over the calibration micro-batches, on every
     rank at once (both cores busy, as in training). The profile times each layer alone; one autograd graph over
     all of them also pays for its allocation and the caches refilled between layers."""
-    import torch
     import torch.distributed as dist
 
     from data import SyntheticVlmData, pack, scaled_lengths

@@ -2,12 +2,12 @@
 profile table (``fulcrum simulate --profile``), the same read back from a torch.profiler trace, and collectives
 timed over a process group or read from nccl-tests output into a cluster file."""
 
-from fulcrum.profile.comm import (CollectiveFit, benchmark_all_reduce, cpu_cluster, fit_alpha_beta,
-                                  measure_compute_slowdown, parse_nccl_tests)
+from fulcrum.profile.comm import (CollectiveFit, CpuCalibration, benchmark_all_reduce, calibrate_cpu, cpu_cluster,
+                                  fit_alpha_beta, measure_compute_slowdown, parse_nccl_tests)
 from fulcrum.profile.kineto import import_kineto_trace
 from fulcrum.profile.layers import (PASSES, flattened_layers, layer_shape, profile_model, read_profile, time_layer,
                                     write_profile)
 
-__all__ = ["PASSES", "CollectiveFit", "benchmark_all_reduce", "cpu_cluster", "fit_alpha_beta", "flattened_layers",
+__all__ = ["PASSES", "CollectiveFit", "CpuCalibration", "benchmark_all_reduce", "calibrate_cpu", "cpu_cluster", "fit_alpha_beta", "flattened_layers",
            "import_kineto_trace", "layer_shape", "measure_compute_slowdown", "parse_nccl_tests", "profile_model",
            "read_profile", "time_layer", "write_profile"]

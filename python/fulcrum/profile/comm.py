@@ -158,3 +158,57 @@ def cpu_cluster(devices: int, all_reduce: CollectiveFit, *, fp32_flops_per_secon
         device["memory_bytes_per_second"] = (
             OPTIMIZER_BYTES_PER_PARAMETER * optimizer_parameters / optimizer_seconds / CPU_MEMORY_EFFICIENCY)
     return {"fulcrum": 1, "preset": f"cpu:{devices}", "device": device}
+
+
+@dataclass(frozen=True)
+class CpuCalibration:
+    """What a CPU cluster file is made from, measured on every rank of the process group at once."""
+
+    all_reduce: CollectiveFit
+    compute_slowdown: float
+    optimizer_seconds: float  # an AdamW step over `parameters` parameters, median
+    parameters: int
+    devices: int
+
+    def cluster(self) -> dict:
+        """The cluster JSON (``cpu_cluster``) these measurements give."""
+        return cpu_cluster(self.devices, self.all_reduce, compute_slowdown=self.compute_slowdown,
+                           optimizer_seconds=self.optimizer_seconds, optimizer_parameters=self.parameters)
+
+    def record(self) -> dict:
+        """The measurements as JSON."""
+        fit = self.all_reduce
+        return {"all_reduce": {"latency_seconds": fit.latency_seconds, "bytes_per_second": fit.bytes_per_second,
+                               "sizes_bytes": fit.sizes_bytes, "seconds": fit.seconds},
+                "communication_compute_slowdown": self.compute_slowdown,
+                "optimizer_seconds": self.optimizer_seconds, "parameters": self.parameters}
+
+
+def calibrate_cpu(parameters) -> CpuCalibration:
+    """Measures, on every rank of the default process group at once (its cores as busy as in training), an
+    all-reduce from a few KB (the latency) to 16 MB, how much one in flight slows a matmul loop, and an AdamW
+    step over ``parameters`` (their gradients are set to random values and the step changes them)."""
+    import torch
+    import torch.distributed as dist
+
+    fit = benchmark_all_reduce((1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), repeats=9)
+    a = torch.randn(256, 256)
+
+    def compute():
+        for _ in range(200):
+            torch.mm(a, a)
+
+    slowdown = measure_compute_slowdown(compute, size_bytes=1 << 23, repeats=5)
+    params = list(parameters)
+    for q in params:
+        q.grad = torch.randn_like(q)
+    optimizer = torch.optim.AdamW(params, lr=1e-3)
+    times = []
+    for i in range(3 + 9):
+        dist.barrier()
+        start = time.perf_counter()
+        optimizer.step()
+        if i >= 3:
+            times.append(time.perf_counter() - start)
+    return CpuCalibration(all_reduce=fit, compute_slowdown=slowdown, optimizer_seconds=statistics.median(times),
+                          parameters=sum(q.numel() for q in params), devices=dist.get_world_size())

@@ -34,8 +34,6 @@ class EncoderLayout:
 
     @classmethod
     def from_json(cls, section: Mapping[str, Any], llm_pp: int, where: str) -> "EncoderLayout":
-        if int(section["tp"]) != 1:
-            raise ValueError(f"{where}: the runtime runs encoder plans with TP 1; this one has TP {section['tp']}")
         stages = []
         for e, ranges in enumerate(section["stages"]):
             first, end = int(ranges[0][0]), int(ranges[0][1])
