@@ -226,6 +226,40 @@ TEST(WavesSchedule, GradientSyncOverlapsTheLaterBackwardWaves) {
   EXPECT_LT(p.run(overlapped).iteration_seconds, 0.97 * p.run(at_end).iteration_seconds);
 }
 
+// On cores shared with compute (the cpu kind), each sync group's all-reduce takes slowdown × its seconds from
+// every member's compute, as a pipeline's data-parallel all-reduce does: with slowdown 1, each device's
+// data-parallel time holds at least the seconds of every all-reduce it takes part in, as the same cluster without
+// sharing times them on their own stream.
+TEST(WavesSchedule, SyncAllReducesOnSharedCoresTakeTheirTimeFromCompute) {
+  Planned p("multitask-clip-4", "a800:8");
+  const Schedule s = waves_schedule(p.in, p.plan.graph, sequential_waves(p.in, p.plan));
+  ASSERT_FALSE(s.tasks.sync_groups.empty());
+  SimOptions timed;
+  timed.timeline = true;
+  const SimResult apart = simulate(s, p.graph.model, p.cluster, p.cost, p.in.efficiency, MicroBatchLoads{}, timed);
+  std::vector<double> all_reduce_seconds(s.programs.size(), 0.0);
+  for (const TimelineEvent& e : apart.timeline) {
+    if (e.stream == TimelineEvent::Stream::kCollective && e.op == OpKind::kCollective && e.stage >= 0) {
+      all_reduce_seconds[e.rank] += e.end_seconds - e.start_seconds;
+    }
+  }
+  ClusterSpec shared = p.cluster;
+  shared.device.communication_shares_compute = true;
+  const auto run_with_slowdown = [&](double slowdown) {
+    shared.device.communication_compute_slowdown = slowdown;
+    return simulate(s, p.graph.model, shared, p.cost, p.in.efficiency, MicroBatchLoads{});
+  };
+  const SimResult free_beside = run_with_slowdown(0.0);
+  const SimResult on_compute = run_with_slowdown(1.0);
+  ASSERT_EQ(on_compute.per_device.size(), s.programs.size());
+  for (size_t d = 0; d < s.programs.size(); ++d) {
+    ASSERT_GT(all_reduce_seconds[d], 0) << "device " << d;
+    EXPECT_GE(on_compute.per_device[d].dp_comm, all_reduce_seconds[d] * (1 - 1e-9)) << "device " << d;
+    EXPECT_NEAR(on_compute.per_device[d].total(), on_compute.iteration_seconds, 1e-9 * on_compute.iteration_seconds);
+  }
+  EXPECT_GT(on_compute.iteration_seconds, free_beside.iteration_seconds);
+}
+
 // Two sync groups issued in one order on a device and in the other on another device they share would each
 // wait for the other under NCCL.
 TEST(WavesSchedule, SyncGroupsIssuedInOppositeOrdersAreADeadlock) {

@@ -1301,7 +1301,8 @@ class Simulator {
   }
 
   // A sync group's all-reduce: once every device of the group has reached it, after the collectives each of
-  // them already runs; it never blocks a program.
+  // them already runs; it never blocks a program. On cores it shares with compute, it takes slowdown × its
+  // seconds from each member's compute, as the data-parallel all-reduce of a pipeline does.
   void arrive_sync_group(int d, const Instruction& in, std::deque<int>& work) {
     const SyncGroupSpec& group = s_.tasks.sync_groups[in.stage];
     CollectiveState& c = sync_groups_[in.stage];
@@ -1328,7 +1329,13 @@ class Simulator {
       Device& m = devices_[member];
       m.coll_free = c.end;
       m.grads_ready = std::max(m.grads_ready, c.end);
-      if (!shares_compute()) record(member, TimelineEvent::Stream::kCollective, in, c.start, c.end);
+      if (shares_compute()) {
+        const double lost = cluster_.device.communication_compute_slowdown * (c.end - c.start);
+        m.time.dp_comm += lost;
+        m.compute_free += lost;  // wherever the member's compute stands: the all-reduce runs beside it
+      } else {
+        record(member, TimelineEvent::Stream::kCollective, in, c.start, c.end);
+      }
       if (m.waiting) work.push_back(member);
     }
   }

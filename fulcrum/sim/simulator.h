@@ -152,7 +152,9 @@ struct SimResult {
 // forward (or backward) over all its micro-batches on its share of the sequences; a slice's input is there when
 // every device of the sending slice has sent its share; each sync group all-reduces its layers' whole gradients
 // (a tensor-parallel share is less: an upper bound) on the collective stream once all its devices have
-// reached it, and each device's optimizer step covers the parameters it keeps. `loads` are not used.
+// reached it (where communication shares the compute cores, also taking slowdown × its seconds from each
+// member's compute), and each device's optimizer step covers the parameters it keeps. A wave boundary is a
+// barrier that costs nothing. `loads` are not used.
 // Throws InputError when the loads do not fit the schedule or the model does not fit the stages.
 SimResult simulate(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,
                    const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,

@@ -2,11 +2,11 @@
 
 Each rank is one device of the schedule and follows its program: the forward of each of its slices (a range of a
 component's layers for one task, on the rows of the task's batch that its data-parallel position owns), the
-activations sent to the slices that take them on other devices and received from those that made them, a barrier
-at every wave boundary, the backward waves in reverse with the gradients flowing back the same way, and each sync
-group's all-reduce of the shared layers' gradients over the devices that hold them. Parameters are shared between
-the tasks that run a component: every device keeps a replica of the layers its slices run, and the sync groups
-keep the replicas equal.
+activations sent to the slices that take them on other devices and received from those that made them, the backward
+waves in reverse with the gradients flowing back the same way, and each sync group's all-reduce of the shared
+layers' gradients over the devices that hold them. Parameters are shared between the tasks that run a component:
+every device keeps a replica of the layers its slices run, and the sync groups keep the replicas equal. The wave
+boundaries order a rank's work but are not barriers: every dependency across one is a transfer of its own.
 """
 
 from __future__ import annotations
@@ -251,9 +251,9 @@ class WaveRuntime:
             elif op == "recv":
                 self._recv(instruction[1], int(instruction[2]), int(instruction[4]))
             elif op == "wave":
-                if self.world_size > 1:
-                    with self.timeline.span(f"wave {instruction[1]}", "wave", COLLECTIVE):
-                        dist.barrier()
+                # Every dependency across a boundary is a transfer of its own, so no rank needs the others to
+                # reach it: a barrier would only add its latency and make each rank wait for the slowest.
+                pass
             elif op == "collective":
                 with self.timeline.span(f"start all_reduce group {instruction[3]}", "collective", COLLECTIVE):
                     self._all_reduce_group(int(instruction[3]))
