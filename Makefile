@@ -31,6 +31,8 @@ demo: setup all
 	@echo "== The fastest plan Megatron-LM's pipeline layout can express, as Megatron-LM arguments"
 	$(BUILD)/fulcrum plan --model internvl-chat-1.5 --cluster a100:256 --gbs 1024 --data $(DATA) --no-baselines \
 	  --megatron-layout --export megatron
+	@echo "== A report of the fulcrum plan beside zero3, megatron and omnibal (open it in a browser)"
+	scripts/demo-report $(BUILD)/fulcrum $(BUILD)/demo $(DATA)
 
 test: setup all
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -151,6 +151,13 @@ TEST_F(Cli, BadInputTable) {
        "--profile and --dtype refine --model's cost: give --model"},
       {"cluster_file_plan", R"({"fulcrum": 1, "preset": "cpu:2", "device": {"flops": 1e11}})",
        "plan --model gpt-11b --cluster {file} --gbs 8 --quiet --out {out}", "device: unknown key 'flops'"},
+      {"report_malformed", R"({"kind": "plan", )", "report --plan {file} --out {out}", "malformed JSON"},
+      {"report_not_a_plan", R"({"kind": "schedule"})", "report --plan {file} --out {out}", "not a plan file"},
+      {"report_without_request", R"({"kind": "plan", "strategy": "fulcrum"})", "report --plan {file} --out {out}",
+       "plan: missing key \"request\""},
+      {"report_request_type",
+       R"({"kind": "plan", "strategy": "fulcrum", "request": {"model": "gpt-11b", "cluster": 8}})",
+       "report --plan {file} --out {out}", "request: \"cluster\" must be a string"},
   };
   for (const BadCase& c : cases) {
     const std::string ext = std::string(c.name) == "csv_row" ? ".csv" : ".json";
@@ -175,6 +182,110 @@ TEST_F(Cli, BadInputTable) {
     EXPECT_TRUE(r.out.empty()) << c.name;
     EXPECT_FALSE(fs::exists(out)) << c.name << ": partial output left behind";
   }
+}
+
+// A plan's report: every section, a timeline row per pipeline rank, the compared plan with the speed-up its
+// epoch gives (from both plan files), the measured trace's rows, each rank's load over the steps asked for, and
+// the same bytes on a second run. Bad compared plans and traces are refused before anything is written.
+TEST_F(Cli, ReportShowsEveryRankTheComparedPlansAndTheMeasuredTrace) {
+  const std::string plan = (dir_ / "plan.json").string(), other = (dir_ / "megatron.json").string();
+  const std::string trace = (dir_ / "trace.json").string(), html = (dir_ / "report.html").string();
+  const std::string job = "--model internvl-chat-1.5 --cluster a100:64 --gbs 128 --quiet --no-baselines "
+                          "--data data/internvl_sft_1.2M.json";
+  ASSERT_EQ(run("plan " + job + " --out " + plan).status, 0);
+  ASSERT_EQ(run("plan " + job + " --strategy megatron --out " + other).status, 0);
+  ASSERT_EQ(run("simulate --model gpt-11b --cluster a100:16 --gbs 32 --pp 4 --quiet --trace " + trace).status, 0);
+  const std::string args = "report --plan " + plan + " --compare " + other + " --trace " + trace + " --steps 12 --out ";
+  const Result r = run(args + html);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string page = slurp(html);
+  for (const char* id : {"summary", "timeline", "idle", "memory", "balance", "compare", "measured"}) {
+    EXPECT_NE(page.find(fmt::format("<section id=\"{}\">", id)), std::string::npos) << id;
+  }
+  const auto planned = nlohmann::json::parse(slurp(plan)), baseline = nlohmann::json::parse(slurp(other));
+  auto svg = [&](const std::string& id) {
+    const size_t at = page.find("<svg id=\"" + id + "\"");
+    return at == std::string::npos ? std::string() : page.substr(at, page.find("</svg>", at) - at);
+  };
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(svg("timeline-chart"), "class=\"timeline-row\""), planned["plan"]["pp"].get<int>());
+  EXPECT_EQ(count(svg("idle-chart"), "class=\"bar\""), planned["plan"]["pp"].get<int>());
+  // The trace: pp 4 ranks, each with its compute, transfer and collective threads.
+  EXPECT_GE(count(svg("measured-chart"), "class=\"timeline-row\""), 4);
+  EXPECT_EQ(count(svg("loads-before"), "<rect"), 12);
+  EXPECT_EQ(count(svg("loads-after"), "<rect"), 12);
+  const double speedup = baseline["plan"]["epoch_seconds"].get<double>() / planned["plan"]["epoch_seconds"].get<double>();
+  EXPECT_NE(page.find(fmt::format("<td>{:.2f}×</td>", speedup)), std::string::npos) << speedup;
+  EXPECT_NE(page.find("<th scope=\"row\">megatron</th>"), std::string::npos);
+  EXPECT_NE(page.find(planned["command"].get<std::string>()), std::string::npos) << "the plan's command is shown";
+  EXPECT_EQ(page.find("<script"), std::string::npos) << "nothing runs or is fetched";
+  EXPECT_EQ(page.find("http"), std::string::npos) << "nothing is fetched";
+  fs::remove(html);
+  ASSERT_EQ(run(args + html).status, 0);
+  EXPECT_TRUE(slurp(html) == page) << "the same inputs give the same bytes";
+
+  const std::string bad_trace = write("bad_trace.json", R"({"traceEvents": [{"ph": "X", "ts": 0, "dur": -5}]})");
+  const std::pair<std::string, std::string> bad[] = {
+      {"--compare " + trace, "not a plan file"},
+      {"--trace " + bad_trace, "bad_trace.json: traceEvents[0]: negative \"dur\""},
+      {"--trace " + plan, "not a Chrome trace (no \"traceEvents\")"},
+      {"--steps 0", "--steps must be at least 1"},
+  };
+  for (const auto& [extra, message] : bad) {
+    const std::string out = (dir_ / "bad.html").string();
+    const Result b = run("report --plan " + plan + " " + extra + " --out " + out);
+    EXPECT_EQ(b.status, 2) << extra << ": " << b.err;
+    EXPECT_EQ(std::count(b.err.begin(), b.err.end(), '\n'), 1) << extra << ": " << b.err;
+    EXPECT_NE(b.err.find(message), std::string::npos) << extra << ": " << b.err;
+    EXPECT_FALSE(fs::exists(out)) << extra;
+  }
+}
+
+// `fulcrum plan --report` writes the same kind of page, its baselines side by side.
+TEST_F(Cli, PlanWritesItsReportBesideItsBaselines) {
+  const std::string html = (dir_ / "plan.html").string();
+  const Result r = run("plan --model gpt-11b --cluster a100:16 --gbs 64 --quiet --report " + html);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string page = slurp(html);
+  for (const char* baseline : {"zero3", "megatron", "balanced"}) {
+    EXPECT_NE(page.find(fmt::format("<th scope=\"row\">{}</th>", baseline)), std::string::npos) << baseline;
+  }
+  EXPECT_NE(page.find("without data"), std::string::npos) << "the load section says why it is empty";
+}
+
+// `fulcrum multitask --report`: the waves a row per device, every section, and each arrangement's iteration
+// against the plan's as `--json` prints them.
+TEST_F(Cli, MultitaskReportShowsTheWavesPerDeviceAndTheArrangements) {
+  const std::string html = (dir_ / "waves.html").string();
+  const Result r = run("multitask --tasks multitask-clip-4 --cluster a800:8 --json --report " + html);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const std::string page = slurp(html);
+  for (const char* id : {"summary", "timeline", "idle", "memory", "compare"}) {
+    EXPECT_NE(page.find(fmt::format("<section id=\"{}\">", id)), std::string::npos) << id;
+  }
+  const size_t at = page.find("<svg id=\"timeline-chart\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string chart = page.substr(at, page.find("</svg>", at) - at);
+  int rows = 0;
+  for (size_t p = chart.find("class=\"timeline-row\""); p != std::string::npos; p = chart.find("class=\"timeline-row\"", p + 1)) {
+    ++rows;
+  }
+  EXPECT_EQ(rows, 8);
+  for (const char* task : {"vision-text forward", "vision-thermal backward"}) {
+    EXPECT_NE(page.find(task), std::string::npos) << task;
+  }
+  const double plan = j["iteration_seconds"].get<double>();
+  for (const char* b : {"sequential", "per_task", "task_greedy"}) {
+    const double speedup = j["baselines"][b]["iteration_seconds"].get<double>() / plan;
+    EXPECT_NE(page.find(fmt::format("<td>{:.2f}×</td>", speedup)), std::string::npos) << b << " " << speedup;
+  }
+  const Result bad = run("multitask --tasks multitask-clip-4 --cluster a800:8 --report " + (dir_ / "no/such/dir/x.html").string());
+  EXPECT_EQ(bad.status, 2) << bad.err;
 }
 
 // Everything outside "timing" (and Optimus's scheduler_seconds, a wall time too) is byte-identical across runs.

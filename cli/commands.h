@@ -14,6 +14,7 @@ std::function<void()> add_model_command(CLI::App& app);
 std::function<void()> add_simulate_command(CLI::App& app);
 std::function<void()> add_plan_command(CLI::App& app);
 std::function<void()> add_multitask_command(CLI::App& app);
+std::function<void()> add_report_command(CLI::App& app);
 
 }  // namespace fulcrum
 

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   auto run_simulate = fulcrum::add_simulate_command(app);
   auto run_plan = fulcrum::add_plan_command(app);
   auto run_multitask = fulcrum::add_multitask_command(app);
+  auto run_report = fulcrum::add_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("simulate")) run_simulate();
     if (app.got_subcommand("plan")) run_plan();
     if (app.got_subcommand("multitask")) run_multitask();
+    if (app.got_subcommand("report")) run_report();
   } catch (const fulcrum::InputError& e) {
     std::cerr << fmt::format("fulcrum: error: {}\n", e.what());
     return 2;

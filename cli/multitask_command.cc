@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/cost_inputs.h"
 #include "cli/output_file.h"
@@ -15,6 +16,8 @@
 #include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/plan/spindle.h"
 #include "fulcrum/plan/spindle_schedule.h"
+#include "fulcrum/report/html.h"
+#include "fulcrum/report/multitask_report.h"
 #include "fulcrum/sched/schedule_json.h"
 #include "fulcrum/sched/validate.h"
 #include "fulcrum/sim/chrome_trace.h"
@@ -33,8 +36,18 @@ struct MultitaskOptions {
   std::string save_schedule;
   std::string profile;
   std::string schedule_of = "plan";
+  std::string report;
   bool json = false;
 };
+
+// The command that makes this plan (and its report) again.
+std::string command_line(const MultitaskOptions& o) {
+  std::string out = fmt::format("fulcrum multitask --tasks {} --cluster {}", shell_word(o.tasks), shell_word(o.cluster));
+  if (o.dtype != MultitaskOptions{}.dtype) out += fmt::format(" --dtype {}", o.dtype);
+  if (!o.profile.empty()) out += fmt::format(" --profile {}", shell_word(o.profile));
+  if (!o.report.empty()) out += fmt::format(" --report {}", shell_word(o.report));
+  return out;
+}
 
 // An arrangement's iteration as the simulator runs its schedule, beside the planner's estimate.
 struct Timed {
@@ -104,7 +117,7 @@ void run(const MultitaskOptions& o) {
                               .transfer_seconds = plan.transfer_seconds,
                               .gradient_sync_seconds = plan.gradient_sync_seconds,
                               .iteration_seconds = plan.iteration_seconds};
-  const Timed chosen = run_waves(planned, plan.waves, !o.trace.empty());
+  const Timed chosen = run_waves(planned, plan.waves, !o.trace.empty() || !o.report.empty());
   const SimResult& simulated = chosen.simulated;
   const Schedule& schedule = chosen.schedule;
   // Each baseline's waves made once, estimated and simulated.
@@ -124,7 +137,43 @@ void run(const MultitaskOptions& o) {
                          : o.schedule_of == "per-task" ? per_task
                          : o.schedule_of == "task-greedy" ? task_greedy
                                                           : chosen;
+  std::string report;
+  if (!o.report.empty()) {
+    MultitaskReport r;
+    r.title = fmt::format("{} on {}: {}", graph.name, o.cluster, plan.arrangement);
+    r.command = command_line(o);
+    for (const Task& t : graph.tasks) r.task_names.push_back(t.name);
+    r.model = &graph.model;
+    r.schedule = &schedule;
+    r.simulated = &simulated;
+    r.summary = {
+        {"tasks", fmt::format("{}: {} tasks, {} operators in {} MetaOps over {} levels", graph.name,
+                              graph.tasks.size(), plan.graph.operators, plan.graph.ops.size(), plan.levels.size())},
+        {"cluster", fmt::format("{}: {} × {}", o.cluster, cluster.devices, cluster.device.kind)},
+        {"arrangement", fmt::format("{}, {} waves, recomputation {}", plan.arrangement, plan.waves.size(),
+                                    recompute_label(chosen.recompute))},
+        {"iteration", fmt::format("{} simulated (the planner's estimate {})", human_seconds(iteration),
+                                  human_seconds(plan.iteration_seconds))},
+        {"wavefront makespan", fmt::format("{}, its relaxation bound {} ({:+.1f}%)",
+                                           human_seconds(plan.wavefront_makespan_seconds),
+                                           human_seconds(plan.lower_bound_seconds),
+                                           100 * (plan.wavefront_makespan_seconds / plan.lower_bound_seconds - 1))},
+        {"MFU", fmt::format("{:.1f}%", 100 * simulated.mfu)},
+        {"peak memory", fmt::format("{} of {} usable per device{}", human_bytes(peak_bytes(simulated)),
+                                    human_bytes(simulated.usable_memory_bytes), simulated.oom ? ": does not fit" : "")},
+        {"speed-up over sequential", fmt::format("{:.2f}×", speedup)},
+    };
+    auto row = [](const char* name, const char* how, const Timed& t) {
+      return ComparedPlan{name, how, t.simulated.iteration_seconds, t.simulated.iteration_seconds};
+    };
+    r.compared = {row("plan", "Fulcrum's waves (or levels in turn, where faster)", chosen),
+                  row("sequential", "every operator on all devices in turn", sequential),
+                  row("per-task", "one task after another, each planned alone", per_task),
+                  row("task-greedy", "each task on devices of its own, grown by marginal gain", task_greedy)};
+    report = render_multitask_report(r);
+  }
   if (!o.save_schedule.empty()) write_file_atomically(o.save_schedule, schedule_to_json(written.schedule));
+  if (!report.empty()) write_file_atomically(o.report, report);
   if (!o.trace.empty()) {
     SimOptions options;
     options.dtype = in.dtype;
@@ -231,6 +280,7 @@ std::function<void()> add_multitask_command(CLI::App& app) {
   cmd->add_option("--schedule-of", o->schedule_of, "Which arrangement --save-schedule and --trace write")
       ->check(CLI::IsMember({"plan", "sequential", "per-task", "task-greedy"}))
       ->capture_default_str();
+  cmd->add_option("--report", o->report, "Write an HTML report: the waves, idle time, memory, the arrangements");
   cmd->add_flag("--json", o->json, "Print the plan as JSON");
   return [o] { run(*o); };
 }

@@ -10,9 +10,11 @@
 #include <sstream>
 #include <string>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/cost_inputs.h"
 #include "cli/output_file.h"
+#include "cli/plan_report_builder.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/cluster_spec.h"
@@ -42,6 +44,7 @@ struct PlanOptions {
   std::string profile;
   std::string dtype = "bf16";
   std::string out;
+  std::string report;
   std::string exporter;
   std::string encoders = "best";
   int encoder_pp = 0;
@@ -124,6 +127,34 @@ Json optimus_json(const OptimusPlan& o) {
           {"encoder_plans", o.encoder_plans},
           {"splits_evaluated", o.splits_evaluated},
           {"scheduler_seconds", o.scheduler_seconds}};
+}
+
+// The command that makes this plan again: every option that differs from its default.
+std::string command_line(const PlanOptions& o) {
+  const PlanOptions defaults;
+  std::string out = fmt::format("fulcrum plan --model {} --cluster {} --gbs {}", shell_word(o.model),
+                                shell_word(o.cluster), o.gbs);
+  auto add = [&](const char* option, const std::string& value, const std::string& default_value) {
+    if (value != default_value) out += fmt::format(" {} {}", option, shell_word(value));
+  };
+  add("--data", o.data, defaults.data);
+  if (!o.data.empty()) add("--root", o.root, defaults.root);
+  add("--seq", std::to_string(o.seq), std::to_string(defaults.seq));
+  add("--images-per-sample", std::to_string(o.images_per_sample), std::to_string(defaults.images_per_sample));
+  add("--image-tokens", std::to_string(o.image_tokens), std::to_string(defaults.image_tokens));
+  add("--strategy", o.strategy, defaults.strategy);
+  add("--config", o.config, defaults.config);
+  add("--baseline-config", o.baseline_config, defaults.baseline_config);
+  add("--profile", o.profile, defaults.profile);
+  add("--dtype", o.dtype, defaults.dtype);
+  if (o.no_baselines) out += " --no-baselines";
+  if (o.megatron_layout) out += " --megatron-layout";
+  add("--encoders", o.encoders, defaults.encoders);
+  add("--encoder-pp", std::to_string(o.encoder_pp), std::to_string(defaults.encoder_pp));
+  add("--seed", std::to_string(o.seed), std::to_string(defaults.seed));
+  add("--out", o.out, defaults.out);
+  add("--report", o.report, defaults.report);
+  return out;
 }
 
 std::string describe(const TrainingPlan& p) {
@@ -228,7 +259,8 @@ void run_plan(const PlanOptions& o) {
   if (request.profile) std::cerr << profile_unused_warning(o.profile, *request.profile, profile_applied, request.dtype);
   const double fraction_of_bound = plan.iteration_seconds > 0 ? bound_seconds / plan.iteration_seconds : 0;
 
-  if (!o.out.empty()) {
+  if (!o.out.empty() || !o.report.empty()) {
+    // What the plan is and how it was made: enough for `fulcrum report` to simulate it again.
     Json file{{"fulcrum", 1},
               {"kind", "plan"},
               {"model", request.model.name},
@@ -236,14 +268,47 @@ void run_plan(const PlanOptions& o) {
               {"gbs", o.gbs},
               {"dtype", std::string(dtype_name(request.dtype))},
               {"strategy", std::string(strategy_name(strategy))},
-              {"plan", summary_json(plan)},
-              {"schedule", Json::parse(schedule_to_json(plan.schedule))}};
+              {"command", command_line(o)},
+              {"request",
+               {{"model", o.model},
+                {"cluster", o.cluster},
+                {"gbs", o.gbs},
+                {"seq", o.seq},
+                {"images_per_sample", o.images_per_sample},
+                {"image_tokens", o.image_tokens},
+                {"data", o.data},
+                {"root", o.root},
+                {"profile", o.profile},
+                {"dtype", std::string(dtype_name(request.dtype))},
+                {"seed", o.seed}}},
+              {"plan", summary_json(plan)}};
+    if (plan.optimus) file["optimus"] = optimus_json(*plan.optimus);
+    file["schedule"] = Json::parse(schedule_to_json(plan.schedule));
+    // The micro-batches of the step `detail` simulated, per replica: [vision, tokens, tokens², sequences].
+    Json loads = Json::array();
+    for (const auto& replica : plan.detail_loads.per_replica) {
+      Json r = Json::array();
+      for (const MicroBatchLoad& l : replica) r.push_back({l.vision, l.llm_tokens, l.llm_tokens_squared, l.sequences});
+      loads.push_back(std::move(r));
+    }
+    file["detail_loads"] = std::move(loads);
     Json blocks = Json::array();
     for (const ComponentSpec& c : request.model.components) {
       for (const LayerSpec& l : c.layers) blocks.push_back(l.kind == LayerKind::kTransformerBlock);
     }
     file["transformer_blocks"] = blocks;  // which flattened layers fulcrum.megatron counts
-    write_file_atomically(o.out, file.dump(1) + "\n");
+    const std::string text = file.dump(1) + "\n";
+    std::string report;
+    if (!o.report.empty()) {
+      ReportSources sources;
+      sources.report_command = command_line(o);
+      for (const auto& [b, p] : baselines) {
+        if (p) sources.compared.push_back({std::string(strategy_name(b)), describe(*p), p->iteration_seconds, p->epoch_seconds});
+      }
+      report = plan_report_html(text, o.out.empty() ? "the plan" : o.out, sources);
+    }
+    if (!o.out.empty()) write_file_atomically(o.out, text);
+    if (!o.report.empty()) write_file_atomically(o.report, report);
   }
   if (o.json) {
     Json base = Json::object(), speedup = Json::object();
@@ -363,6 +428,7 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_option("--encoder-pp", o->encoder_pp,
                   "Encoders in bubbles: only encoder plans of this many pipeline stages (default: any)");
   cmd->add_option("--out", o->out, "Write the plan and its schedule as JSON");
+  cmd->add_option("--report", o->report, "Write an HTML report of the plan beside its baselines (fulcrum report)");
   cmd->add_option("--export", o->exporter, "Also print the plan as megatron arguments or a deepspeed partition");
   cmd->add_option("--threads", o->threads, "Threads simulating candidates")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the batchers' shuffle")->capture_default_str();

@@ -791,6 +791,7 @@ class Planner {
     plan.schedule = o.schedule;
     plan.config.schedule = op.llm.schedule.kind;
     plan.detail = o.detail;
+    plan.detail_loads = loads.steps.front();
     plan.optimus = o.optimus;
   }
 
@@ -813,6 +814,7 @@ class Planner {
       sum += result.iteration_seconds;
       if (k == 0) {
         plan.detail = std::move(result);
+        plan.detail_loads = loads.steps[steps[k]];
       } else {
         plan.detail.oom = plan.detail.oom || result.oom;
         for (size_t s = 0; s < result.peak_memory_bytes.size(); ++s) {

@@ -132,6 +132,7 @@ struct TrainingPlan {
   double iteration_seconds = 0;  // mean over the simulated steps
   double epoch_seconds = 0;      // iteration_seconds × steps_per_epoch
   SimResult detail;              // the first simulated step
+  MicroBatchLoads detail_loads;  // its micro-batches, per data-parallel replica
   int candidates = 0;            // configurations evaluated
   int feasible = 0;              // of which fit in memory
   // With the encoders in bubbles: the encoder plan, split and bubble schedules (of the first simulated step).
