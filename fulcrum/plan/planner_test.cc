@@ -237,7 +237,9 @@ TEST(MakePlan, FulcrumKeepsEncodersInBubblesOnlyWhereTheyWin) {
   EXPECT_TRUE(forced.schedule.encoder.present());
   EXPECT_NO_THROW(validate(forced.schedule));
   EXPECT_GE(forced.epoch_seconds, best.epoch_seconds * (1 - 1e-12));
-  if (best.optimus) EXPECT_DOUBLE_EQ(forced.epoch_seconds, best.epoch_seconds);
+  if (best.optimus) {
+    EXPECT_DOUBLE_EQ(forced.epoch_seconds, best.epoch_seconds);
+  }
   // An LLM alone has no encoder to move.
   r.encoders = EncoderSite::kBest;
   r.model = llm_only(r.model);
