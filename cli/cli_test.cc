@@ -228,12 +228,19 @@ TEST_F(Cli, ReportShowsEveryRankTheComparedPlansAndTheMeasuredTrace) {
   ASSERT_EQ(run(args + html).status, 0);
   EXPECT_TRUE(slurp(html) == page) << "the same inputs give the same bytes";
 
+  // Another replica's timeline on request.
+  const std::string chosen = (dir_ / "replica.html").string();
+  ASSERT_EQ(run("report --plan " + plan + " --replica 3 --out " + chosen).status, 0);
+  const int dp = planned["plan"]["dp"].get<int>();
+  EXPECT_NE(slurp(chosen).find(fmt::format("Data-parallel replica 3 of {}", dp)), std::string::npos);
+
   const std::string bad_trace = write("bad_trace.json", R"({"traceEvents": [{"ph": "X", "ts": 0, "dur": -5}]})");
   const std::pair<std::string, std::string> bad[] = {
       {"--compare " + trace, "not a plan file"},
       {"--trace " + bad_trace, "bad_trace.json: traceEvents[0]: negative \"dur\""},
       {"--trace " + plan, "not a Chrome trace (no \"traceEvents\")"},
       {"--steps 0", "--steps must be at least 1"},
+      {"--replica 99", "--replica 99: the plan has data-parallel replicas 0 to"},
   };
   for (const auto& [extra, message] : bad) {
     const std::string out = (dir_ / "bad.html").string();

@@ -181,8 +181,13 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
   std::optional<TimelineChart> measured;
   if (!sources.trace.empty()) measured = trace_chart(read_text_file(sources.trace), sources.trace);
 
+  if (sources.replica >= static_cast<int>(p.detail_loads.per_replica.size())) {
+    throw InputError(fmt::format("--replica {}: the plan has data-parallel replicas 0 to {}", sources.replica,
+                                 p.detail_loads.per_replica.size() - 1));
+  }
   SimOptions options;
   options.timeline = true;
+  options.timeline_replica = sources.replica;
   options.dtype = dtype;
   const SimResult simulated = simulate(p.schedule, model, cluster, cost, analytic.efficiency(), p.detail_loads, options);
 

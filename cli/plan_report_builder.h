@@ -17,6 +17,7 @@ struct ReportSources {
   std::string trace;                       // a measured Chrome trace
   std::string report_command;              // the command that makes the report
   int load_steps = 48;                     // steps shown in the load section
+  int replica = -1;                        // data-parallel replica the timeline shows; -1: the slowest
 };
 
 // The HTML report of the plan file `plan_text` (what `fulcrum plan --out` writes) named `plan_file` in

@@ -23,6 +23,7 @@ struct ReportOptions {
   std::string trace;
   std::string out;
   int steps = 48;
+  int replica = -1;
 };
 
 std::string command_line(const ReportOptions& o) {
@@ -32,17 +33,20 @@ std::string command_line(const ReportOptions& o) {
   for (const std::string& c : o.compare) out += fmt::format(" --compare {}", shell_word(c));
   if (!o.trace.empty()) out += fmt::format(" --trace {}", shell_word(o.trace));
   if (o.steps != ReportOptions{}.steps) out += fmt::format(" --steps {}", o.steps);
+  if (o.replica >= 0) out += fmt::format(" --replica {}", o.replica);
   return out + fmt::format(" --out {}", shell_word(o.out));
 }
 
 void run_report(const ReportOptions& o) {
   if (o.steps < 1) throw InputError(fmt::format("--steps must be at least 1, got {}", o.steps));
+  if (o.replica < -1) throw InputError(fmt::format("--replica must be at least 0, got {}", o.replica));
   ReportSources sources;
   sources.data = o.data;
   sources.root = o.root;
   sources.compare_files = o.compare;
   sources.trace = o.trace;
   sources.load_steps = o.steps;
+  sources.replica = o.replica;
   sources.report_command = command_line(o);
   const std::string html = plan_report_html(read_text_file(o.plan), o.plan, sources);
   write_file_atomically(o.out, html);
@@ -59,6 +63,7 @@ std::function<void()> add_report_command(CLI::App& app) {
   cmd->add_option("--compare", o->compare, "Other plan files of the same job, shown side by side");
   cmd->add_option("--trace", o->trace, "A measured Chrome trace, shown beside the simulated timeline");
   cmd->add_option("--steps", o->steps, "Steps shown in the load section")->capture_default_str();
+  cmd->add_option("--replica", o->replica, "Data-parallel replica the timeline shows (default: the slowest)");
   cmd->add_option("--out", o->out, "The HTML file to write")->required();
   return [o] { run_report(*o); };
 }

@@ -69,11 +69,14 @@ std::string timeline_section(const PlanReport& r) {
   const SimResult& s = *r.simulated;
   const TimelineChart chart = simulated_timeline(s, *r.schedule, *r.model);
   std::string out = "<section id=\"timeline\"><h2>One iteration, simulated</h2>";
-  out += fmt::format("<p>Data-parallel replica {} of {} (the one whose last pass ends last), a row per pipeline "
-                     "rank; blank is idle. Iteration {}, MFU {:.1f}%, pipeline bubble {:.1f}% of the critical "
-                     "rank's time. Hover over a block for what ran.</p>",
-                     s.timeline_replica, r.schedule->layout.dp, html_escape(human_seconds(s.iteration_seconds)),
-                     100 * s.mfu, 100 * s.bubble_fraction);
+  const std::string which = s.timeline_replica == s.critical_replica
+                                ? std::string("the one whose last pass ends last")
+                                : fmt::format("the one whose last pass ends last is replica {}", s.critical_replica);
+  out += fmt::format("<p>Data-parallel replica {} of {} ({}), a row per pipeline rank; blank is idle. Iteration {}, "
+                     "MFU {:.1f}%, pipeline bubble {:.1f}% of the critical rank's time. Hover over a block for what "
+                     "ran.</p>",
+                     s.timeline_replica, r.schedule->layout.dp, html_escape(which),
+                     html_escape(human_seconds(s.iteration_seconds)), 100 * s.mfu, 100 * s.bubble_fraction);
   out += legend_html(chart);
   out += timeline_svg(chart);
   return out + "</section>";

@@ -1537,9 +1537,12 @@ class Simulator {
       out.hfu = out.hardware_flops / (iteration * peak);
     }
     if (options_.timeline) {
-      out.timeline_replica = out.critical_replica;
+      const int kept = options_.timeline_replica >= 0 && options_.timeline_replica < replicas_
+                           ? options_.timeline_replica
+                           : out.critical_replica;
+      out.timeline_replica = kept;
       for (int r = 0; r < pp_; ++r) {
-        const int d = out.critical_replica * pp_ + r;
+        const int d = kept * pp_ + r;
         out.timeline.insert(out.timeline.end(), timeline_[d].begin(), timeline_[d].end());
         out.memory_timeline.insert(out.memory_timeline.end(), memory_[d].begin(), memory_[d].end());
       }

@@ -48,8 +48,10 @@ std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const 
 
 struct SimOptions {
   // Keep the timeline (compute and communication intervals, memory) of one pipeline replica: the replica of
-  // the critical device.
+  // the critical device, or `timeline_replica` when it is one of the simulated replicas (SimResult's
+  // timeline_replica says which was kept).
   bool timeline = false;
+  int timeline_replica = -1;
   // Dropout masks in the activation memory (models trained without dropout, as most LLMs now are, keep none).
   bool dropout = false;
   // The number format every layer computes in (dtype.h): the LayerWork the cost model prices, the activation
