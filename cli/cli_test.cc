@@ -158,6 +158,13 @@ TEST_F(Cli, BadInputTable) {
       {"report_request_type",
        R"({"kind": "plan", "strategy": "fulcrum", "request": {"model": "gpt-11b", "cluster": 8}})",
        "report --plan {file} --out {out}", "request: \"cluster\" must be a string"},
+      {"report_optimus_type",
+       R"({"kind": "plan", "strategy": "optimus", "command": "c", "request": {"model": "gpt-11b", "cluster": "a100:8",
+           "dtype": "bf16", "profile": "", "data": "", "root": ".", "gbs": 8, "image_tokens": 0, "seed": 0},
+           "plan": {"batcher": "random", "micro_batches": 1, "iteration_seconds": 1, "epoch_seconds": 1,
+           "steps_per_epoch": 1, "recompute": "", "dp": 8, "tp": 1, "pp": 1, "vpp": 1, "mbs": 1, "schedule": "1f1b"},
+           "optimus": {"efficiency_fine": "most"}})",
+       "report --plan {file} --out {out}", "optimus: \"efficiency_fine\" must be a number"},
   };
   for (const BadCase& c : cases) {
     const std::string ext = std::string(c.name) == "csv_row" ? ".csv" : ".json";

@@ -41,7 +41,7 @@ struct SavedPlan {
   int64_t steps_per_epoch = 0;
   std::string configuration;
   std::string recompute;
-  Json optimus;
+  std::optional<double> efficiency_fine;  // with the encoders in bubbles: the share of their compute there
   Schedule schedule;
   MicroBatchLoads detail_loads;
 };
@@ -98,7 +98,13 @@ class PlanFileReader : public JsonReader {
                                   integer(plan, "dp", "plan"), integer(plan, "tp", "plan"), integer(plan, "pp", "plan"),
                                   integer(plan, "vpp", "plan"), integer(plan, "mbs", "plan"), p.micro_batches,
                                   text(plan, "schedule", "plan"), p.batcher);
-    if (doc.contains("optimus")) p.optimus = doc["optimus"];
+    if (doc.contains("optimus")) {
+      const Json& optimus = doc["optimus"];
+      if (!optimus.is_object() || !optimus.value("efficiency_fine", Json()).is_number()) {
+        fail("optimus", "\"efficiency_fine\" must be a number");
+      }
+      p.efficiency_fine = optimus["efficiency_fine"].get<double>();
+    }
     p.schedule = schedule_from_json(member(doc, "schedule", "plan").dump(), file());
     validate(p.schedule, file());
     if (p.micro_batches != p.schedule.micro_batches) {
@@ -230,10 +236,7 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
     const EncoderSection& e = p.schedule.encoder;
     std::string text = fmt::format("DP {} PP {} TP {}, {} encoder pipelines per LLM pipeline", e.dp, e.pp, e.tp,
                                    e.pipelines);
-    if (p.optimus.is_object() && p.optimus.contains("efficiency_fine")) {
-      text += fmt::format("; {:.0f}% of their compute in the LLM's bubbles",
-                          100 * p.optimus["efficiency_fine"].get<double>());
-    }
+    if (p.efficiency_fine) text += fmt::format("; {:.0f}% of their compute in the LLM's bubbles", 100 * *p.efficiency_fine);
     r.summary.push_back({"encoders in bubbles", text});
   }
 
