@@ -18,6 +18,13 @@ ClusterSpec load_cluster(const std::string& preset_or_file) {
 
 ProfileTable load_profile(const std::string& path) { return parse_profile_table(read_text_file(path), path); }
 
+void set_image_tokens(ModelSpec& model, int64_t tokens) {
+  if (tokens <= 0) return;
+  for (ComponentSpec& c : model.components) {
+    if (c.role == ComponentRole::kEncoder && c.tokens_per_item > 0) c.tokens_per_item = tokens;
+  }
+}
+
 Dtype training_dtype(const std::string& name, const ClusterSpec& cluster) {
   const Dtype dtype = parse_dtype(name);
   matmul_peak_flops_per_second(cluster.device, dtype);  // throws for fp8 on devices without it

@@ -24,6 +24,10 @@ ClusterSpec load_cluster(const std::string& preset_or_file);
 // A profile table (parse_profile_table).
 ProfileTable load_profile(const std::string& path);
 
+// --image-tokens: encoders whose items are fixed sequences take `tokens` patch tokens per item instead; 0 leaves
+// the model as it is.
+void set_image_tokens(ModelSpec& model, int64_t tokens);
+
 // The dtype named by --dtype, which the cluster's devices must run (fp8 needs fp8 tensor cores).
 Dtype training_dtype(const std::string& name, const ClusterSpec& cluster);
 

@@ -159,8 +159,8 @@ std::string command_line(const PlanOptions& o) {
 
 std::string describe(const TrainingPlan& p) {
   const ParallelConfig& c = p.config;
-  return fmt::format("DP {} TP {} PP {} VPP {}, micro-batch {} × {}, {}, {} batches", c.dp, c.tp, c.pp, c.vpp, c.mbs,
-                     p.micro_batches, pipeline_kind_name(c.schedule), p.batcher);
+  return configuration_text(c.dp, c.tp, c.pp, c.vpp, c.mbs, p.micro_batches, std::string(pipeline_kind_name(c.schedule)),
+                            p.batcher);
 }
 
 void run_plan(const PlanOptions& o) {
@@ -193,11 +193,7 @@ void run_plan(const PlanOptions& o) {
     request.encoders = EncoderSite::kStages;
   }
   if (o.threads < 1) throw InputError(fmt::format("--threads must be at least 1, got {}", o.threads));
-  if (o.image_tokens > 0) {
-    for (ComponentSpec& c : request.model.components) {
-      if (c.role == ComponentRole::kEncoder && c.tokens_per_item > 0) c.tokens_per_item = o.image_tokens;
-    }
-  }
+  set_image_tokens(request.model, o.image_tokens);
   if (!o.baseline_config.empty()) request.pinned = parse_config(o.baseline_config, "--baseline-config");
   if (!o.config.empty()) request.config = parse_config(o.config, "--config");
   const Strategy strategy = parse_strategy(o.strategy);

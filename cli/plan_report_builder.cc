@@ -94,10 +94,10 @@ class PlanFileReader : public JsonReader {
     p.epoch_seconds = real(plan, "epoch_seconds", "plan");
     p.steps_per_epoch = integer(plan, "steps_per_epoch", "plan");
     p.recompute = text(plan, "recompute", "plan");
-    p.configuration = fmt::format("DP {} TP {} PP {} VPP {}, micro-batch {} × {}, {}, {} batches",
-                                  integer(plan, "dp", "plan"), integer(plan, "tp", "plan"), integer(plan, "pp", "plan"),
-                                  integer(plan, "vpp", "plan"), integer(plan, "mbs", "plan"), p.micro_batches,
-                                  text(plan, "schedule", "plan"), p.batcher);
+    p.configuration = configuration_text(integer(plan, "dp", "plan"), integer(plan, "tp", "plan"),
+                                         integer(plan, "pp", "plan"), integer(plan, "vpp", "plan"),
+                                         integer(plan, "mbs", "plan"), p.micro_batches, text(plan, "schedule", "plan"),
+                                         p.batcher);
     if (doc.contains("optimus")) {
       const Json& optimus = doc["optimus"];
       if (!optimus.is_object() || !optimus.value("efficiency_fine", Json()).is_number()) {
@@ -165,12 +165,16 @@ RankLoads rank_loads(const Dataset& data, const SampleCost& cost, const std::str
 
 }  // namespace
 
+std::string configuration_text(int64_t dp, int64_t tp, int64_t pp, int64_t vpp, int64_t mbs, int64_t micro_batches,
+                               const std::string& schedule, const std::string& batcher) {
+  return fmt::format("DP {} TP {} PP {} VPP {}, micro-batch {} × {}, {}, {} batches", dp, tp, pp, vpp, mbs,
+                     micro_batches, schedule, batcher);
+}
+
 std::string plan_report_html(const std::string& plan_text, const std::string& plan_file, const ReportSources& sources) {
   const SavedPlan p = PlanFileReader(plan_file).read(plan_text);
   ModelSpec model = load_model(p.model);
-  for (ComponentSpec& c : model.components) {
-    if (p.image_tokens > 0 && c.role == ComponentRole::kEncoder && c.tokens_per_item > 0) c.tokens_per_item = p.image_tokens;
-  }
+  set_image_tokens(model, p.image_tokens);
   const ClusterSpec cluster = load_cluster(p.cluster);
   const Dtype dtype = training_dtype(p.dtype, cluster);
   const AnalyticCost analytic(cluster);

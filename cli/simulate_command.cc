@@ -156,13 +156,8 @@ void run_simulate(const SimulateOptions& o) {
   if (!o.load_schedule.empty() && !o.save_schedule.empty()) {
     throw InputError("--load-schedule and --save-schedule: give one");
   }
-  bool has_encoder = false;
-  for (ComponentSpec& c : model.components) {
-    if (c.role != ComponentRole::kEncoder) continue;
-    has_encoder = true;
-    if (o.image_tokens > 0 && c.tokens_per_item > 0) c.tokens_per_item = o.image_tokens;
-  }
-  const int64_t images = o.images_per_sample >= 0 ? o.images_per_sample : (has_encoder ? 1 : 0);
+  set_image_tokens(model, o.image_tokens);
+  const int64_t images = o.images_per_sample >= 0 ? o.images_per_sample : (model.has_encoder() ? 1 : 0);
   if (o.steps < 1) throw InputError(fmt::format("--steps must be at least 1, got {}", o.steps));
   if (o.seq < 1) throw InputError(fmt::format("--seq must be at least 1, got {}", o.seq));
   if (o.gbs < 1 || o.mbs < 1) throw InputError(fmt::format("--gbs and --mbs must be at least 1 (gbs {}, mbs {})", o.gbs, o.mbs));

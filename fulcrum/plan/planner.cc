@@ -197,6 +197,7 @@ class Planner {
     TrainingPlan plan = std::move(outcomes_final[best].plan);
     plan.candidates = static_cast<int>(configs.size());
     plan.feasible = feasible;
+    plan.detail_loads = loads_of(plan.config).steps.front();  // every candidate's first simulated step
     if (recipe_.encoder_in_bubbles) move_encoders_into_bubbles(plan);
     if (recipe_.try_encoder_bubbles && r_.encoders != EncoderSite::kStages) try_encoder_bubbles(plan);
     return plan;
@@ -814,7 +815,6 @@ class Planner {
       sum += result.iteration_seconds;
       if (k == 0) {
         plan.detail = std::move(result);
-        plan.detail_loads = loads.steps[steps[k]];
       } else {
         plan.detail.oom = plan.detail.oom || result.oom;
         for (size_t s = 0; s < result.peak_memory_bytes.size(); ++s) {

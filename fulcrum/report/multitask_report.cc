@@ -16,16 +16,6 @@ constexpr const char* kTaskColours[][2] = {
     {"#fcbba1", "#de2d26"}, {"#d9d9d9", "#636363"}, {"#c7e9c0", "#006d2c"}, {"#fee391", "#cc4c02"},
     {"#c6dbef", "#08519c"}, {"#fbb4b9", "#ae017e"}};
 
-std::string summary_section(const MultitaskReport& r) {
-  std::string out = "<section id=\"summary\"><h2>Plan</h2><table class=\"summary\">";
-  for (const auto& [label, value] : r.summary) {
-    out += fmt::format("<tr><th scope=\"row\">{}</th><td>{}</td></tr>", html_escape(label), html_escape(value));
-  }
-  out += "</table>";
-  if (!r.command.empty()) out += fmt::format("<p>The plan and this report:</p><pre><code>{}</code></pre>", html_escape(r.command));
-  return out + "</section>";
-}
-
 }  // namespace
 
 TimelineChart wave_timeline(const SimResult& simulated, const Schedule& schedule, const ModelSpec& model,
@@ -94,7 +84,7 @@ TimelineChart wave_timeline(const SimResult& simulated, const Schedule& schedule
 std::string render_multitask_report(const MultitaskReport& r) {
   const SimResult& s = *r.simulated;
   std::string body = fmt::format("<header><h1>{}</h1></header><main>", html_escape(r.title));
-  body += summary_section(r);
+  body += summary_section_html(r.summary, {{"The plan and this report", r.command}});
   const TimelineChart chart = wave_timeline(s, *r.schedule, *r.model, r.task_names);
   body += "<section id=\"timeline\"><h2>The waves, simulated</h2>";
   body += fmt::format("<p>One iteration, a row per device: each task's slices in its colour (forward light, "

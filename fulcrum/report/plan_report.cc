@@ -50,21 +50,6 @@ std::vector<int> stage_components(const Schedule& schedule, const ModelSpec& mod
   return out;
 }
 
-std::string summary_section(const PlanReport& r) {
-  std::string out = "<section id=\"summary\"><h2>Plan</h2><table class=\"summary\">";
-  for (const auto& [label, value] : r.summary) {
-    out += fmt::format("<tr><th scope=\"row\">{}</th><td>{}</td></tr>", html_escape(label), html_escape(value));
-  }
-  out += "</table>";
-  if (!r.plan_command.empty()) {
-    out += fmt::format("<p>The plan:</p><pre><code>{}</code></pre>", html_escape(r.plan_command));
-  }
-  if (!r.report_command.empty()) {
-    out += fmt::format("<p>This report:</p><pre><code>{}</code></pre>", html_escape(r.report_command));
-  }
-  return out + "</section>";
-}
-
 std::string timeline_section(const PlanReport& r) {
   const SimResult& s = *r.simulated;
   const TimelineChart chart = simulated_timeline(s, *r.schedule, *r.model);
@@ -250,7 +235,7 @@ TimelineChart simulated_timeline(const SimResult& simulated, const Schedule& sch
 
 std::string render_plan_report(const PlanReport& r) {
   std::string body = fmt::format("<header><h1>{}</h1></header><main>", html_escape(r.title));
-  body += summary_section(r);
+  body += summary_section_html(r.summary, {{"The plan", r.plan_command}, {"This report", r.report_command}});
   body += timeline_section(r);
   body += idle_section(r);
   body += memory_section(r);

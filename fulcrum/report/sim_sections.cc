@@ -19,6 +19,21 @@ const std::vector<std::string> kCauseColours{"#31a354", "#fdae6b", "#fd8d3c", "#
 
 }  // namespace
 
+std::string summary_section_html(const std::vector<std::pair<std::string, std::string>>& rows,
+                                 const std::vector<std::pair<std::string, std::string>>& commands) {
+  std::string out = "<section id=\"summary\"><h2>Plan</h2><table class=\"summary\">";
+  for (const auto& [label, value] : rows) {
+    out += fmt::format("<tr><th scope=\"row\">{}</th><td>{}</td></tr>", html_escape(label), html_escape(value));
+  }
+  out += "</table>";
+  for (const auto& [caption, command] : commands) {
+    if (!command.empty()) {
+      out += fmt::format("<p>{}:</p><pre><code>{}</code></pre>", html_escape(caption), html_escape(command));
+    }
+  }
+  return out + "</section>";
+}
+
 std::string idle_section_html(const SimResult& s, const std::vector<DeviceRow>& rows, const std::string& intro) {
   std::vector<StackedBar> bars;
   std::string table = "<table><thead><tr><th scope=\"col\"></th>";

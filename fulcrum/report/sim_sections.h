@@ -2,13 +2,15 @@
 #define FULCRUM_REPORT_SIM_SECTIONS_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/sim/simulator.h"
 
 namespace fulcrum {
 
-// The sections every report draws from a simulated iteration, as HTML <section> elements.
+// The sections every report shares, as HTML <section> elements: the summary, and what a simulated iteration
+// shows.
 
 // A row of a per-device section: its name and its index in SimResult::per_device.
 struct DeviceRow {
@@ -23,6 +25,11 @@ struct ComparedPlan {
   double iteration_seconds = 0;
   double epoch_seconds = 0;
 };
+
+// <section id="summary">: `rows` (label, value) as a table, then each command (caption, command line) that
+// reproduces what the page shows.
+std::string summary_section_html(const std::vector<std::pair<std::string, std::string>>& rows,
+                                 const std::vector<std::pair<std::string, std::string>>& commands);
 
 // <section id="idle">: each row's time as compute and idle time by cause (TimeBreakdown), as stacked bars
 // (svg#idle-chart) and a table.
