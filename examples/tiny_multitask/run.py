@@ -126,13 +126,16 @@ def worker(a, setup: dict) -> None:
         model = TinyMultitask(seed=a.seed)
         runtime = fr.WaveRuntime(model, graph, setup["schedule"], timeline=bool(a.trace))
         optimizer = make_optimizer(a, runtime.parameters())
+        if a.zero_grad == "zero":  # gradients the model already holds, as after a checkpoint load or a warm-up
+            for q in runtime.parameters():
+                q.grad = torch.zeros_like(q)
         rep = {"step_seconds": [], "compute_seconds": [], "losses": [], "task_losses": []}
         for k, s in enumerate(order):
             dist.barrier()
             start = time.perf_counter()
             result = runtime.step(batches[s])
             optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=a.zero_grad == "none")
             end = time.perf_counter()
             rep["losses"].append(result.loss)
             rep["task_losses"].append(list(result.task_losses))
@@ -195,6 +198,9 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", help="run this multitask schedule file instead of planning one (waves mode)")
     p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd"))
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--zero-grad", default="none", choices=("none", "zero"),
+                   help="what .grad holds between steps: None, or zero tensors the model holds from the start and the "
+                        "optimizer's zero_grad zeroes in place (default none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="folder for the run's inputs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")

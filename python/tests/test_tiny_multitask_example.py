@@ -54,6 +54,14 @@ def test_both_modes_train_with_the_losses_of_one_process(mode, reference, tmp_pa
         assert all(s[10] == [0, 1] for s in slices)
 
 
+def test_gradients_zeroed_in_place_train_the_same(reference, tmp_path):
+    # The runtime's gradient buckets: a model that holds .grad tensors of its own before the first step, which the
+    # optimizer then zeroes in place, still has its gradients accumulated into the buffers the all-reduce sends;
+    # otherwise the ranks would step on unsynchronised gradients and the losses would part from one process's.
+    result, _ = run_example(tmp_path, "waves", "--zero-grad", "zero")
+    assert_same_losses(result, reference)
+
+
 def split_schedule(template):
     """A hand-made schedule in which data moves between slices of different data-parallel widths on different
     devices: task 0's encoder on both devices then its head on device 0 (device 1 sends its half of the rows);

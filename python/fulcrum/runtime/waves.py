@@ -157,6 +157,36 @@ class WaveRuntime:
         for g in p.sync_groups:  # every rank creates every group, in the same order, as new_group requires
             pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
             self.groups.append(pg if self.rank in g.devices else None)
+        self.buckets = [self._bucket(i) if self.rank in g.devices else None for i, g in enumerate(p.sync_groups)]
+
+    def _bucket(self, g: int) -> tuple:
+        """One flat buffer per dtype for the gradients of sync group ``g``'s parameters on this rank. Each step
+        makes the parameters' ``.grad`` views into it (as DDP's ``gradient_as_bucket_view``), so backward
+        accumulates straight into what the all-reduce sends: no copy into a flat tensor and back."""
+        params = [q for c, l in self.plan.sync_groups[g].layers
+                  for q in self.model.components[self.component_names[c]][l].parameters() if q.requires_grad]
+        buckets = []
+        for dtype in sorted({q.dtype for q in params}, key=str):
+            members = [q for q in params if q.dtype == dtype]
+            flat = torch.zeros(sum(q.numel() for q in members), dtype=dtype, device=members[0].device)
+            views, at = [], 0
+            for q in members:
+                views.append(flat[at:at + q.numel()].view_as(q))
+                at += q.numel()
+            buckets.append((flat, members, views))
+        return tuple(buckets)
+
+    def _bind_gradients(self) -> None:
+        """Points every synchronised parameter's ``.grad`` at its view in its bucket, keeping what it holds (an
+        optimizer's ``zero_grad`` may have set it to None or to a tensor of its own)."""
+        for bucket in self.buckets:
+            for flat, members, views in bucket or ():
+                for q, v in zip(members, views):
+                    if q.grad is None:
+                        v.zero_()
+                    elif q.grad.data_ptr() != v.data_ptr():
+                        v.copy_(q.grad)
+                    q.grad = v
 
     # -- the plan's data flow -----------------------------------------------------------------------------------
     def _node_of(self, s: WaveSlice) -> int:
@@ -236,8 +266,9 @@ class WaveRuntime:
         self.outbox: dict = {}    # (sending slice, receiving slice, mb, device) -> gradient tensors
         self.grads: dict = {}     # (slice, mb) -> gradient of this rank's rows of its output
         self.pending: list = []
-        self.reducing: list = []  # (work, flat gradients, parameters) of each sync group in flight
+        self.reducing: list = []  # the all-reduce of each sync group's buckets in flight
         self.task_loss = [0.0] * len(self.tasks)
+        self._bind_gradients()
         self.timeline.begin_step()
         start = time.perf_counter()
         for instruction in self.plan.programs[self.rank]:
@@ -263,12 +294,8 @@ class WaveRuntime:
             for work, _ in self.pending:
                 work.wait()
         with self.timeline.span("wait gradient sync", "collective", COLLECTIVE):
-            for work, flat, params in self.reducing:
+            for work in self.reducing:
                 work.wait()
-                at = 0
-                for q in params:
-                    q.grad.copy_(flat[at:at + q.numel()].view_as(q))
-                    at += q.numel()
         if self.saved or self.inbox or self.outbox or self.grads:
             raise RuntimeError("the schedule left work undone: " +
                                ", ".join(map(str, [*self.saved, *self.inbox, *self.outbox, *self.grads])))
@@ -387,10 +414,5 @@ class WaveRuntime:
     def _all_reduce_group(self, g: int) -> None:
         """Starts the group's all-reduce: it runs while the later backward waves compute, as the simulator and
         DeepSpeed overlap it; the step waits for it at its end."""
-        params = [q for c, l in self.plan.sync_groups[g].layers
-                  for q in self.model.components[self.component_names[c]][l].parameters() if q.requires_grad]
-        for q in params:
-            if q.grad is None:
-                q.grad = torch.zeros_like(q)
-        flat = torch.cat([q.grad.reshape(-1) for q in params])
-        self.reducing.append((dist.all_reduce(flat, group=self.groups[g], async_op=True), flat, params))
+        for flat, _, _ in self.buckets[g]:
+            self.reducing.append(dist.all_reduce(flat, group=self.groups[g], async_op=True))
