@@ -5,8 +5,9 @@
 1. Calibrates this machine on two ranks at once (both cores busy, as in training): every distinct layer of the
    model timed pass by pass at the token counts its slices run into a profile table, a gloo all-reduce fitted as
    latency + size / bandwidth, how much a collective in flight slows compute, and the optimizer step; the last
-   three make the cluster file. Then both tasks' forward and backward through the whole model is timed and
-   set against the profile's prediction for it; every profile entry is scaled by that ratio.
+   three make the cluster file. Both tasks' forward and backward through the whole model is timed after every
+   round of the profile and set against the profile's prediction for it; every profile entry is scaled by that
+   ratio.
 2. Plans each mode with `fulcrum multitask` on that profile and cluster (the `sequential` arrangement, and the
    arrangement the planner keeps), which also gives the simulator's iteration time of each schedule.
 3. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
@@ -54,22 +55,24 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
     # Every slice's rows: a task's whole batch on one device, or half of it on each.
     patches = model.config.patches
     counts = sorted({patches * n for _, batch, _, _ in model.config.tasks for n in (batch, batch // 2)} | {patches})
-    table = fp.profile_model(model, graph["model"], counts, dtype=run.DTYPE, warmup=2, repeats=3, rounds=rounds)
+    # The whole model is timed after every round of the profile, so a slow spell of the machine moves both.
+    whole = []
+    table = fp.profile_model(model, graph["model"], counts, dtype=run.DTYPE, warmup=2, repeats=3, rounds=rounds,
+                             after_round=lambda: whole.extend(whole_model_seconds(model)))
     calibration = fp.calibrate_cpu(model.parameters())
-    whole = whole_model_seconds(model)
     if dist.get_rank() == 0:
-        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": whole}) + "\n")
+        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": statistics.median(whole)}) + "\n")
         fp.write_profile(out_dir / "profile.json", table)
         (out_dir / "cluster.json").write_text(json.dumps(calibration.cluster(), indent=1) + "\n")
         (out_dir / "calibration.json").write_text(json.dumps(calibration.record(), indent=1) + "\n")
     end_rank()
 
 
-def whole_model_seconds(model, warmup: int = 2, repeats: int = 7) -> float:
-    """Median seconds of forward and backward of both tasks' whole batches through the whole model, on every
-    rank at once (both cores busy, as in training), on batches of their own seed (not the runs'). The profile
-    times each layer alone; one autograd graph over all of them also pays for its allocation and the caches
-    refilled between layers."""
+def whole_model_seconds(model, warmup: int = 1, repeats: int = 3) -> list[float]:
+    """Seconds of each of ``repeats`` forward and backward passes of both tasks' whole batches through the whole
+    model, on every rank at once (both cores busy, as in training), on batches of their own seed (not the runs').
+    The profile times each layer alone; one autograd graph over all of them also pays for its allocation and the
+    caches refilled between layers."""
     import torch.distributed as dist
 
     from model import make_batches
@@ -84,7 +87,7 @@ def whole_model_seconds(model, warmup: int = 2, repeats: int = 7) -> float:
         model.zero_grad(set_to_none=True)
         if k >= warmup:
             times.append(elapsed)
-    return statistics.median(times)
+    return times
 
 
 def calibrate_whole_model(a) -> dict:

@@ -4,9 +4,9 @@
 
 1. Calibrates this machine on two ranks at once (both cores busy, as in training): every layer of tiny_vlm
    timed pass by pass into a profile table, a gloo all-reduce fitted as latency + size / bandwidth, how much a
-   collective in flight slows compute, and the optimizer step; the last three make the cluster file. Then the
-   whole model's forward and backward over calibration micro-batches (not the runs') is timed and set against
-   the profile's prediction for them; every profile entry is scaled by that ratio.
+   collective in flight slows compute, and the optimizer step; the last three make the cluster file. The whole
+   model's forward and backward over calibration micro-batches (not the runs') is timed after every round of
+   the profile and set against the profile's prediction for them; every profile entry is scaled by that ratio.
 2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
    machine does not fall on one mode alone.
 3. Simulates each mode's measured steps with the profile and the cluster file (`fulcrum simulate`: same
@@ -54,12 +54,13 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
     rank = dist.get_rank()
     model = TinyVlm(TinyVlmConfig())
     model_json = model.fulcrum_model()
+    # The whole model is timed after every round of the profile, so a slow spell of the machine moves both.
+    whole = []
     table = fp.profile_model(model, model_json, PROFILE_TOKENS, dtype=run.DTYPE, warmup=2, repeats=3,
-                             rounds=rounds)
+                             rounds=rounds, after_round=lambda: whole.extend(whole_model_seconds(model)))
     calibration = fp.calibrate_cpu(model.parameters())
-    whole = whole_model_seconds(model)
     if rank == 0:
-        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": whole}) + "\n")
+        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": statistics.median(whole)}) + "\n")
         fp.write_profile(out_dir / "profile.json", table)
         (out_dir / "cluster.json").write_text(json.dumps(calibration.cluster(), indent=1) + "\n")
         (out_dir / "calibration.json").write_text(json.dumps(calibration.record(), indent=1) + "\n")
@@ -73,10 +74,10 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
 CALIBRATION_SAMPLES, CALIBRATION_GROUP, CALIBRATION_SEED = 32, 4, 1000
 
 
-def whole_model_seconds(model, warmup: int = 2, repeats: int = 7) -> float:
-    """Median seconds of forward and backward of the whole model over the calibration micro-batches, on every
-    rank at once (both cores busy, as in training). The profile times each layer alone; one autograd graph over
-    all of them also pays for its allocation and the caches refilled between layers."""
+def whole_model_seconds(model, warmup: int = 1, repeats: int = 3) -> list[float]:
+    """Seconds of each of ``repeats`` forward and backward passes of the whole model over the calibration
+    micro-batches, on every rank at once (both cores busy, as in training). The profile times each layer alone;
+    one autograd graph over all of them also pays for its allocation and the caches refilled between layers."""
     import torch.distributed as dist
 
     from data import SyntheticVlmData, pack, scaled_lengths
@@ -96,7 +97,7 @@ def whole_model_seconds(model, warmup: int = 2, repeats: int = 7) -> float:
         model.zero_grad(set_to_none=True)
         if k >= warmup:
             times.append(elapsed)
-    return statistics.median(times)
+    return times
 
 
 def calibrate_whole_model(a) -> dict:

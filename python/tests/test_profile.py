@@ -92,6 +92,21 @@ def test_a_model_json_that_is_not_the_model_is_refused():
         fp.profile_model(model, other, [64])
 
 
+def test_after_round_runs_between_the_rounds_of_the_grid():
+    # What after_round times must share the machine's slow spells with the layers: it runs after each whole pass,
+    # between the timed runs of the grid, not once before or after all of them.
+    model = TinyVlm(CONFIG)
+    events = []
+    layer = model.layers[0]
+    hook = layer.register_forward_hook(lambda *_: events.append("layer"))
+    fp.profile_model(model, model.fulcrum_model(), [64], warmup=0, repeats=1, rounds=3,
+                     after_round=lambda: events.append("round"))
+    hook.remove()
+    assert events.count("round") == 3
+    assert events[-1] == "round"
+    assert "layer" in events[events.index("round") + 1:]  # the grid ran again after the first round's call
+
+
 NCCL_TESTS = """# nThread 1 nGpus 1 minBytes 1024 maxBytes 4194304 step: 4(factor) warmup iters: 5 iters: 20
 #
 # Using devices

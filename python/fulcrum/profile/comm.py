@@ -79,10 +79,12 @@ def benchmark_all_reduce(sizes_bytes: Iterable[int] = (1 << 16, 1 << 18, 1 << 20
     return fit_alpha_beta("all_reduce", dist.get_world_size(group), sizes, times)
 
 
-def measure_compute_slowdown(compute, *, size_bytes: int = 1 << 24, repeats: int = 5, group=None) -> float:
+def measure_compute_slowdown(compute, *, size_bytes: int = 1 << 24, repeats: int = 9, group=None) -> float:
     """How much a collective in flight slows compute on this rank's cores: (time of ``compute()`` while an
-    all-reduce of ``size_bytes`` runs beside it − its time alone) / the all-reduce's time alone, medians of
-    ``repeats``. ``compute`` should outlast the all-reduce. Call on every rank; the ranks' mean is returned."""
+    all-reduce of ``size_bytes`` runs beside it − its time alone) / the all-reduce's time alone. Each run beside
+    the all-reduce follows a run alone, so a slow spell of the machine falls on both of a pair; the median of the
+    ``repeats`` pairs' differences is taken. ``compute`` should outlast the all-reduce, and not by much: the
+    difference is a small part of its time. Call on every rank; the ranks' mean is returned."""
     import torch
     import torch.distributed as dist
 
@@ -96,17 +98,17 @@ def measure_compute_slowdown(compute, *, size_bytes: int = 1 << 24, repeats: int
 
     compute()  # warm
     timed(lambda: dist.all_reduce(buffer, group=group))
-    alone = statistics.median(timed(compute) for _ in range(repeats))
     comm = statistics.median(timed(lambda: dist.all_reduce(buffer, group=group)) for _ in range(repeats))
-    beside = []
+    differences = []
     for _ in range(repeats):
+        alone = timed(compute)
         dist.barrier(group=group)
         work = dist.all_reduce(buffer, group=group, async_op=True)
         start = time.perf_counter()
         compute()
-        beside.append(time.perf_counter() - start)
+        differences.append(time.perf_counter() - start - alone)
         work.wait()
-    local = torch.tensor([max(0.0, (statistics.median(beside) - alone) / comm)], dtype=torch.float64)
+    local = torch.tensor([max(0.0, statistics.median(differences) / comm)], dtype=torch.float64)
     dist.all_reduce(local, group=group)
     return float(local.item()) / dist.get_world_size(group)
 
@@ -194,11 +196,11 @@ def calibrate_cpu(parameters) -> CpuCalibration:
     fit = benchmark_all_reduce((1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), repeats=9)
     a = torch.randn(256, 256)
 
-    def compute():
-        for _ in range(200):
+    def compute():  # about twice an 8 MB all-reduce on two CPU ranks
+        for _ in range(40):
             torch.mm(a, a)
 
-    slowdown = measure_compute_slowdown(compute, size_bytes=1 << 23, repeats=5)
+    slowdown = measure_compute_slowdown(compute, size_bytes=1 << 23, repeats=15)
     params = list(parameters)
     for q in params:
         q.grad = torch.randn_like(q)

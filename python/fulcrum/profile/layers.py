@@ -173,14 +173,17 @@ def table_from_measurements(model_json: Mapping[str, Any], measured: Mapping[int
 
 def profile_model(model: torch.nn.Module, model_json: Mapping[str, Any],
                   tokens: Union[Sequence[int], Mapping[str, Sequence[int]]], *, device: str = "cpu",
-                  dtype: str = "fp32", warmup: int = 2, repeats: int = 5, rounds: int = 1, profiler=None) -> dict:
+                  dtype: str = "fp32", warmup: int = 2, repeats: int = 5, rounds: int = 1, profiler=None,
+                  after_round: Optional[Callable[[], None]] = None) -> dict:
     """Profiles every distinct layer shape of ``model`` at each token count and returns the profile table.
 
     ``tokens``: the token counts, for every component or per component name (``{"vision": [64, 128], ...}``).
     With ``rounds`` > 1 the whole grid is timed that many times over and each pass takes the median of its rounds,
     so a slow spell of a shared machine lands on one round of every entry instead of on every run of a few.
     With ``profiler`` (a running ``torch.profiler.profile``) every timed run is also a labelled range in its
-    trace, which :func:`fulcrum.profile.import_kineto_trace` reads back.
+    trace, which :func:`fulcrum.profile.import_kineto_trace` reads back. ``after_round`` is called after each pass
+    over the grid: what it times (the whole model, say, to scale the table by) shares the machine's slow spells
+    with the layers' rounds.
     """
     layers = flattened_layers(model_json)
     if len(layers) != len(model.layers):
@@ -202,6 +205,8 @@ def profile_model(model: torch.nn.Module, model_json: Mapping[str, Any],
                 runs[index][t].append(time_layer(model.layers[index], lambda: model.profile_inputs(index, t),
                                                  warmup=warmup, repeats=repeats, label=f"fulcrum/{index}/{t}",
                                                  profiler=profiler))
+        if after_round is not None:
+            after_round()
     measured = {i: {t: {p: statistics.median(r[p] for r in rs) for p in rs[0]} for t, rs in by_t.items()}
                 for i, by_t in runs.items()}
     return table_from_measurements(model_json, measured, device=device, dtype=dtype)
