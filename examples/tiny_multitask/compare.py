@@ -9,7 +9,8 @@
    round of the profile and set against the profile's prediction for it; every profile entry is scaled by that
    ratio.
 2. Plans each mode with `fulcrum multitask` on that profile and cluster (the `sequential` arrangement, and the
-   arrangement the planner keeps), which also gives the simulator's iteration time of each schedule.
+   arrangement `fulcrum multitask` keeps, the fastest it simulated), which also gives the simulator's
+   iteration time of each schedule.
 3. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
    machine does not fall on one mode alone.
 4. Prints predicted and measured step times side by side and writes ``modes{<mode>{predicted_step_seconds,

@@ -7,8 +7,8 @@ starts two processes (gloo, one thread each) and trains ``--steps`` optimizer st
 
   sequential   every MetaOp of every task in turn on both ranks (data parallel over them), as Megatron-LM and
                DeepSpeed run a multi-task model: `fulcrum multitask`'s `sequential` arrangement
-  waves        the arrangement `fulcrum multitask` keeps for the model (its waves of task slices on device
-               groups, when its estimate says they pay)
+  waves        the arrangement `fulcrum multitask` keeps for the model: the fastest it simulated, its waves of
+               task slices on device groups, levels in turn or a baseline
   reference    one process, no runtime: every task's whole batch through the whole model, the losses both
                modes must reproduce
 
@@ -85,6 +85,13 @@ def make_optimizer(a, parameters):
     return torch.optim.AdamW(parameters, lr=a.lr)
 
 
+def freeze(a, model, step: int) -> None:
+    """With ``--frozen-steps N``, the encoder's last layer takes no gradients for the first N steps and trains
+    after, as a recipe that unfreezes part of a model partway through."""
+    for q in model.components["vision"][-1].parameters():
+        q.requires_grad_(step >= a.frozen_steps)
+
+
 def reference(a) -> dict:
     """One process: every task's batch through the whole model, the losses summed, one optimizer step."""
     import torch
@@ -96,6 +103,7 @@ def reference(a) -> dict:
     optimizer = make_optimizer(a, model.parameters())
     losses, task_losses = [], []
     for k in range(a.warmup + a.steps):
+        freeze(a, model, k)
         total, per_task = model.reference_loss(make_batches(model.config, k % a.steps, a.seed))
         total.backward()
         optimizer.step()
@@ -124,6 +132,7 @@ def worker(a, setup: dict) -> None:
     record = {"repeats": []}
     for _ in range(a.repeats):
         model = TinyMultitask(seed=a.seed)
+        freeze(a, model, 0)  # frozen when the runtime is made, as a model loaded for its first stage would be
         runtime = fr.WaveRuntime(model, graph, setup["schedule"], timeline=bool(a.trace))
         optimizer = make_optimizer(a, runtime.parameters())
         if a.zero_grad == "zero":  # gradients the model already holds, as after a checkpoint load or a warm-up
@@ -131,6 +140,7 @@ def worker(a, setup: dict) -> None:
                 q.grad = torch.zeros_like(q)
         rep = {"step_seconds": [], "compute_seconds": [], "losses": [], "task_losses": []}
         for k, s in enumerate(order):
+            freeze(a, model, k)
             dist.barrier()
             start = time.perf_counter()
             result = runtime.step(batches[s])
@@ -201,6 +211,8 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--zero-grad", default="none", choices=("none", "zero"),
                    help="what .grad holds between steps: None, or zero tensors the model holds from the start and the "
                         "optimizer's zero_grad zeroes in place (default none)")
+    p.add_argument("--frozen-steps", type=int, default=0,
+                   help="steps for which the encoder's last layer is frozen before it trains (default 0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="folder for the run's inputs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")

@@ -62,6 +62,14 @@ def test_gradients_zeroed_in_place_train_the_same(reference, tmp_path):
     assert_same_losses(result, reference)
 
 
+def test_a_layer_unfrozen_partway_is_synchronised(tmp_path):
+    # The encoder's last layer, shared by both ranks, trains only from step 2: the runtime's gradient buckets,
+    # made before it took gradients, must take it in, or the ranks would step on unsynchronised gradients.
+    reference, _ = run_example(tmp_path, "reference", "--frozen-steps", 2)
+    result, _ = run_example(tmp_path, "waves", "--frozen-steps", 2)
+    assert_same_losses(result, reference)
+
+
 def split_schedule(template):
     """A hand-made schedule in which data moves between slices of different data-parallel widths on different
     devices: task 0's encoder on both devices then its head on device 0 (device 1 sends its half of the rows);

@@ -159,12 +159,16 @@ class WaveRuntime:
             self.groups.append(pg if self.rank in g.devices else None)
         self.buckets = [self._bucket(i) if self.rank in g.devices else None for i, g in enumerate(p.sync_groups)]
 
+    def _trained(self, g: int) -> list:
+        """Sync group ``g``'s parameters that take gradients now."""
+        return [q for c, l in self.plan.sync_groups[g].layers
+                for q in self.model.components[self.component_names[c]][l].parameters() if q.requires_grad]
+
     def _bucket(self, g: int) -> tuple:
         """One flat buffer per dtype for the gradients of sync group ``g``'s parameters on this rank. Each step
         makes the parameters' ``.grad`` views into it (as DDP's ``gradient_as_bucket_view``), so backward
         accumulates straight into what the all-reduce sends: no copy into a flat tensor and back."""
-        params = [q for c, l in self.plan.sync_groups[g].layers
-                  for q in self.model.components[self.component_names[c]][l].parameters() if q.requires_grad]
+        params = self._trained(g)
         buckets = []
         for dtype in sorted({q.dtype for q in params}, key=str):
             members = [q for q in params if q.dtype == dtype]
@@ -178,9 +182,16 @@ class WaveRuntime:
 
     def _bind_gradients(self) -> None:
         """Points every synchronised parameter's ``.grad`` at its view in its bucket, keeping what it holds (an
-        optimizer's ``zero_grad`` may have set it to None or to a tensor of its own)."""
-        for bucket in self.buckets:
-            for flat, members, views in bucket or ():
+        optimizer's ``zero_grad`` may have set it to None or to a tensor of its own). A group whose parameters
+        were frozen, unfrozen, cast or moved since its bucket was made gets a new bucket, so every parameter that
+        takes gradients is synchronised."""
+        for g, bucket in enumerate(self.buckets):
+            if bucket is None:
+                continue
+            now = {(id(q), q.dtype, q.device) for q in self._trained(g)}
+            if now != {(id(q), q.dtype, q.device) for _, members, _ in bucket for q in members}:
+                bucket = self.buckets[g] = self._bucket(g)
+            for flat, members, views in bucket:
                 for q, v in zip(members, views):
                     if q.grad is None:
                         v.zero_()
