@@ -716,7 +716,66 @@ TEST_F(Cli, MultitaskPlansWavesAgainstTheBaselines) {
   EXPECT_NE(text.out.find("wavefront makespan"), std::string::npos) << text.out;
 }
 
+// A saved schedule simulated again gives the iteration the plan reported for it, and moves with the costs it is
+// timed under: what a measured run of it is compared against when the costs were measured after it was planned.
+TEST_F(Cli, MultitaskSimulatesASavedSchedule) {
+  const std::string plan_args = "multitask --tasks multitask-clip-4 --cluster a800:16 --json";
+  const Result plan = run(plan_args);
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  const auto planned = nlohmann::json::parse(plan.out);
+  const std::pair<std::string, double> arrangements[] = {
+      {"plan", planned["iteration_seconds"].get<double>()},
+      {"sequential", planned["baselines"]["sequential"]["iteration_seconds"].get<double>()},
+      {"task-greedy", planned["baselines"]["task_greedy"]["iteration_seconds"].get<double>()}};
+  for (const auto& [which, seconds] : arrangements) {
+    const std::string file = (dir_ / (which + ".schedule.json")).string();
+    ASSERT_EQ(run(plan_args + " --schedule-of " + which + " --save-schedule " + file).status, 0) << which;
+    const Result loaded = run("multitask --tasks multitask-clip-4 --cluster a800:16 --json --load-schedule " + file);
+    ASSERT_EQ(loaded.status, 0) << which << ": " << loaded.err;
+    const auto j = nlohmann::json::parse(loaded.out);
+    EXPECT_DOUBLE_EQ(j["iteration_seconds"].get<double>(), seconds) << which;
+    EXPECT_EQ(j["schedule_file"], file);
+  }
+  // The same schedule on devices of half the matmul rate takes longer, and less than twice as long (the
+  // gradient all-reduces and the optimizer step do not slow down).
+  const fs::path slow = dir_ / "slow.json";
+  std::ofstream(slow) << R"({"fulcrum": 1, "preset": "a800:16", "device": {"bf16_flops_per_second": 156e12}})";
+  const std::string file = (dir_ / "plan.schedule.json").string();
+  const Result slower =
+      run("multitask --tasks multitask-clip-4 --json --load-schedule " + file + " --cluster " + slow.string());
+  ASSERT_EQ(slower.status, 0) << slower.err;
+  const double fast_seconds = arrangements[0].second;
+  const double slow_seconds = nlohmann::json::parse(slower.out)["iteration_seconds"].get<double>();
+  EXPECT_GT(slow_seconds, 1.2 * fast_seconds);
+  EXPECT_LT(slow_seconds, 2.0 * fast_seconds);
+}
+
+// --zero 0 keeps the whole optimizer state on every device that holds a layer (a plain optimizer per rank):
+// the sequential arrangement, every layer on all 16 devices, then steps 16 times the parameters a device steps
+// under ZeRO-1, and holds more.
+TEST_F(Cli, MultitaskOptimizerStateWholeOrSharded) {
+  const std::string args = "multitask --tasks multitask-clip-4 --cluster a800:16 --json --schedule-of sequential";
+  const std::string zero0_file = (dir_ / "zero0.json").string();
+  const Result zero1 = run(args);
+  const Result zero0 = run(args + " --zero 0 --save-schedule " + zero0_file);
+  ASSERT_EQ(zero1.status, 0) << zero1.err;
+  ASSERT_EQ(zero0.status, 0) << zero0.err;
+  const auto sharded = nlohmann::json::parse(zero1.out)["baselines"]["sequential"];
+  const auto whole = nlohmann::json::parse(zero0.out)["baselines"]["sequential"];
+  EXPECT_GT(whole["iteration_seconds"].get<double>(), sharded["iteration_seconds"].get<double>());
+  EXPECT_GT(whole["peak_memory_bytes"].get<double>(), sharded["peak_memory_bytes"].get<double>());
+  const auto schedule = nlohmann::json::parse(slurp(zero0_file));
+  EXPECT_EQ(schedule["layout"]["state_sharding"], "zero-0");
+}
+
 TEST_F(Cli, MultitaskBadInput) {
+  // Schedules to load: multitask ones for 8 and 16 devices, and a pipeline's.
+  const std::string saved = (dir_ / "saved.json").string(), saved16 = (dir_ / "saved16.json").string(),
+                    pipeline = (dir_ / "pipeline.json").string();
+  ASSERT_EQ(run("multitask --tasks multitask-clip-4 --cluster a800:8 --save-schedule " + saved).status, 0);
+  ASSERT_EQ(run("multitask --tasks multitask-clip-4 --cluster a800:16 --save-schedule " + saved16).status, 0);
+  ASSERT_EQ(run("simulate --model gpt-11b --cluster a100:16 --gbs 64 --tp 2 --pp 2 --quiet --save-schedule " +
+                pipeline).status, 0);
   auto graph = [&](const std::string& name, const std::string& task) {
     const fs::path file = dir_ / name;
     std::ofstream(file) << R"({"fulcrum": 1, "kind": "tasks", "name": "bad", "model": "vit-3b", "tasks": [)" << task
@@ -734,6 +793,12 @@ TEST_F(Cli, MultitaskBadInput) {
          "component": "vit-3b", "tokens": 257}]})"),
        "indivisible.json: tasks[0] ('t'): batch 10 is not divisible into 4 micro-batches"},
       {"--tasks clip-99", "neither a preset"},
+      {"--tasks multitask-clip-4 --load-schedule " + saved16, "saved16.json: the schedule has programs for 16 devices "
+                                                               "but the cluster 'a800:8' has 8"},
+      {"--tasks qwen-val --load-schedule " + saved, "saved.json: the schedule covers"},
+      {"--tasks multitask-clip-4 --load-schedule " + pipeline, "pipeline.json: not a multitask schedule"},
+      {"--tasks multitask-clip-4 --load-schedule " + saved + " --save-schedule x.json", "--load-schedule times"},
+      {"--tasks multitask-clip-4 --zero 2", "--zero 2: a multitask plan all-reduces gradients in full"},
   };
   for (const auto& [args, message] : cases) {
     const Result r = run("multitask " + args + " --cluster a800:8 --json");

@@ -37,6 +37,8 @@ struct MultitaskOptions {
   std::string profile;
   std::string schedule_of = "plan";
   std::string report;
+  std::string load_schedule;
+  int zero = 1;
   bool json = false;
 };
 
@@ -45,6 +47,7 @@ std::string command_line(const MultitaskOptions& o) {
   std::string out = fmt::format("fulcrum multitask --tasks {} --cluster {}", shell_word(o.tasks), shell_word(o.cluster));
   if (o.dtype != MultitaskOptions{}.dtype) out += fmt::format(" --dtype {}", o.dtype);
   if (!o.profile.empty()) out += fmt::format(" --profile {}", shell_word(o.profile));
+  if (o.zero != MultitaskOptions{}.zero) out += fmt::format(" --zero {}", o.zero);
   if (!o.report.empty()) out += fmt::format(" --report {}", shell_word(o.report));
   return out;
 }
@@ -87,7 +90,66 @@ Json timed_json(const Timed& t) {
                         {"gradient_sync_seconds", t.estimate.gradient_sync_seconds}}}};
 }
 
+// --load-schedule: a schedule written by --save-schedule (or by hand) timed by the simulator on these tasks,
+// cluster and costs, without planning: what a measured run of that schedule is compared against when the costs
+// were measured after it was planned.
+void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const ClusterSpec& cluster,
+                     const CostModel& cost, const ProfileTable* profile, const DeviceEfficiency& efficiency,
+                     Dtype dtype) {
+  const std::string& file = o.load_schedule;
+  const Schedule schedule = schedule_from_json(read_text_file(file), file);
+  if (!schedule.tasks.present()) {
+    throw InputError(fmt::format("{}: not a multitask schedule (it has no slices): time it with fulcrum simulate "
+                                 "--load-schedule", file));
+  }
+  validate(schedule, file);
+  if (schedule.layout.pp != cluster.devices) {
+    throw InputError(fmt::format("{}: the schedule has programs for {} devices but the cluster '{}' has {}", file,
+                                 schedule.layout.pp, o.cluster, cluster.devices));
+  }
+  SimOptions options;
+  options.dtype = dtype;
+  options.timeline = !o.trace.empty();
+  SimResult simulated;
+  try {
+    simulated = simulate(schedule, graph.model, cluster, cost, efficiency, MicroBatchLoads{}, options);
+  } catch (const InputError& e) {  // a schedule for another task graph: name the file
+    throw InputError(fmt::format("{}: {}", file, e.what()));
+  }
+  if (profile) {
+    const int applied = profile_entries_applied(*profile, graph.model, schedule.layout, {}, dtype);
+    std::cerr << profile_unused_warning(o.profile, *profile, applied, dtype);
+  }
+  if (!o.trace.empty()) {
+    write_file_atomically(o.trace, chrome_trace(simulated, fmt::format("{} on {}: {}", graph.name, o.cluster, file)));
+  }
+  if (o.json) {
+    const Json out{{"tasks", graph.name},
+                   {"cluster", o.cluster},
+                   {"schedule_file", file},
+                   {"waves", schedule.tasks.waves},
+                   {"slices", schedule.tasks.slices.size()},
+                   {"iteration_seconds", simulated.iteration_seconds},
+                   {"mfu", simulated.mfu},
+                   {"peak_memory_bytes", peak_bytes(simulated)},
+                   {"usable_memory_bytes", simulated.usable_memory_bytes},
+                   {"fits", !simulated.oom}};
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  std::cout << fmt::format("{}: {} waves, {} slices on {} × {}: simulated iteration {:.3f} s, MFU {:.1f}%, peak memory "
+                           "{:.1f} GiB of {:.1f} GiB usable{}\n",
+                           file, schedule.tasks.waves, schedule.tasks.slices.size(), cluster.devices,
+                           cluster.device.kind, simulated.iteration_seconds, 100 * simulated.mfu,
+                           peak_bytes(simulated) / kGiB, simulated.usable_memory_bytes / kGiB,
+                           simulated.oom ? ": does not fit" : "");
+}
+
 void run(const MultitaskOptions& o) {
+  if (!o.load_schedule.empty() && (!o.save_schedule.empty() || !o.report.empty() || o.schedule_of != "plan")) {
+    throw InputError("--load-schedule times the given schedule: --save-schedule, --schedule-of and --report plan one");
+  }
   const TaskGraph graph = load_task_graph(o.tasks);
   const ClusterSpec cluster = load_cluster(o.cluster);
   const Dtype dtype = training_dtype(o.dtype, cluster);
@@ -104,6 +166,16 @@ void run(const MultitaskOptions& o) {
   in.cost = &cost;
   in.efficiency = analytic.efficiency();
   in.dtype = dtype;
+  if (o.zero != 0 && o.zero != 1) {
+    throw InputError(fmt::format("--zero {}: a multitask plan all-reduces gradients in full, so its optimizer state "
+                                 "is ZeRO 0 (whole on every device) or 1 (sharded over each layer's replicas)",
+                                 o.zero));
+  }
+  in.state_sharding = o.zero == 0 ? StateSharding::kZero0 : StateSharding::kZero1;
+  if (!o.load_schedule.empty()) {
+    simulate_loaded(o, graph, cluster, cost, profile ? &*profile : nullptr, in.efficiency, dtype);
+    return;
+  }
   const MultitaskPlan plan = plan_multitask(in);
   // Every arrangement as a schedule run by the simulator, with the least recomputation of the transformer blocks
   // (none, selective, full) that fits in memory (full when none does); the plan's timeline kept for --trace.
@@ -297,6 +369,13 @@ std::function<void()> add_multitask_command(CLI::App& app) {
       ->check(CLI::IsMember({"plan", "sequential", "per-task", "task-greedy"}))
       ->capture_default_str();
   cmd->add_option("--report", o->report, "Write an HTML report: the waves, idle time, memory, the arrangements");
+  cmd->add_option("--zero", o->zero,
+                  "Optimizer state: 1 sharded over each layer's replicas (ZeRO-1), 0 whole on every device that holds "
+                  "the layer")
+      ->capture_default_str();
+  cmd->add_option("--load-schedule", o->load_schedule,
+                  "Simulate this multitask schedule (a --save-schedule file) on the tasks, cluster and costs given, "
+                  "instead of planning one");
   cmd->add_flag("--json", o->json, "Print the plan as JSON");
   return [o] { run(*o); };
 }

@@ -9,15 +9,18 @@
    round of the profile and set against the profile's prediction for it; every profile entry is scaled by that
    ratio.
 2. Plans each mode with `fulcrum multitask` on that profile and cluster (the `sequential` arrangement, and the
-   arrangement `fulcrum multitask` keeps, the fastest it simulated), which also gives the simulator's
-   iteration time of each schedule.
+   arrangement `fulcrum multitask` keeps, the fastest it simulated).
 3. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
-   machine does not fall on one mode alone.
-4. Prints predicted and measured step times side by side and writes ``modes{<mode>{predicted_step_seconds,
+   machine does not fall on one mode alone. After every round the whole model and the optimizer step are timed
+   again on both ranks (never the runs' own steps).
+4. Scales the layer profile by the median of every whole-model sample and sets the optimizer step to the median of
+   every optimizer sample (fulcrum.profile.calibration_across_runs), so the calibration spans the same minutes
+   as the runs, and simulates each schedule that ran on them (`fulcrum multitask --load-schedule`).
+5. Prints predicted and measured step times side by side and writes ``modes{<mode>{predicted_step_seconds,
    measured_step_seconds`` (the median over steps of each step's median over the rounds),
    ``measured_step_seconds_mean`` (the mean of the same), ``measured_cv`` (the spread of the rounds' means),
-   ``prediction_error, within_tolerance, arrangement, ...}}`` and ``speedup`` (sequential's measured step time
-   over waves').
+   ``prediction_error, within_tolerance, arrangement, planned_step_seconds`` (the simulator's iteration on the
+   calibration before the runs)``, ...}}`` and ``speedup`` (sequential's measured step time over waves').
 """
 
 from __future__ import annotations
@@ -62,10 +65,32 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
                              after_round=lambda: whole.extend(whole_model_seconds(model)))
     calibration = fp.calibrate_cpu(model.parameters())
     if dist.get_rank() == 0:
-        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": statistics.median(whole)}) + "\n")
+        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": statistics.median(whole),
+                                                             "samples": whole}) + "\n")
         fp.write_profile(out_dir / "profile.json", table)
         (out_dir / "cluster.json").write_text(json.dumps(calibration.cluster(), indent=1) + "\n")
         (out_dir / "calibration.json").write_text(json.dumps(calibration.record(), indent=1) + "\n")
+    end_rank()
+
+
+def check_rank(out_file: Path) -> None:
+    """One of the two ranks that time the whole model and the optimizer step again between rounds of the runs;
+    rank 0 writes them."""
+    import torch
+    import torch.distributed as dist
+
+    import fulcrum.profile as fp
+    from fulcrum.runtime import end_rank
+    from model import TinyMultitask
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    dist.init_process_group("gloo")
+    model = TinyMultitask()
+    whole = whole_model_seconds(model)
+    optimizer = fp.time_optimizer_step(model.parameters())
+    if dist.get_rank() == 0:
+        fp.write_check(out_file, whole, optimizer)
     end_rank()
 
 
@@ -129,17 +154,29 @@ def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:
             "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out)]
 
 
-def launch_calibration(a) -> None:
-    """The two calibrating ranks, through torch's launcher (gloo on loopback, one thread each)."""
+def launch_ranks(args: list[str], what: str) -> None:
+    """Two ranks of this script with ``args``, through torch's launcher (gloo on loopback, one thread each)."""
     import os
 
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(Path(__file__).resolve()), "--calibrate-rank", str(a.workdir),
-                           "--profile-rounds", str(a.profile_rounds)], env=env)
+                           str(Path(__file__).resolve()), *args], env=env)
     if done.returncode != 0:
-        sys.exit(f"compare.py: calibration failed (exit status {done.returncode})")
+        sys.exit(f"compare.py: {what} failed (exit status {done.returncode})")
+
+
+def simulated_seconds(a, mode: str) -> float:
+    """The simulator's iteration of the schedule ``mode`` ran, on the current profile and cluster file."""
+    work = a.workdir / mode
+    out = subprocess.run([a.fulcrum, "multitask", "--tasks", str(work / "tasks.json"), "--cluster",
+                          str(a.workdir / "cluster.json"), "--profile", str(a.workdir / "profile.json"), "--dtype",
+                          run.DTYPE, "--load-schedule", str(work / f"{mode}.schedule.json"), "--json"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        sys.exit(f"compare.py: simulating {mode}'s schedule failed")
+    return json.loads(out.stdout)["iteration_seconds"]
 
 
 def main() -> None:
@@ -153,20 +190,26 @@ def main() -> None:
     p.add_argument("--workdir", help="folder for the calibration and the runs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
     p.add_argument("--calibrate-rank", help=argparse.SUPPRESS)
+    p.add_argument("--check-rank", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.calibrate_rank:
         calibrate_rank(Path(a.calibrate_rank), a.profile_rounds)
+        return
+    if a.check_rank:
+        check_rank(Path(a.check_rank))
         return
     if not a.out:
         p.error("--out is required")
     if a.steps < 1 or a.repeats < 1 or a.warmup < 0:
         p.error("--steps and --repeats must be at least 1, --warmup at least 0")
     a.fulcrum = run.fulcrum_cli(a.fulcrum)
+    from fulcrum.profile import recalibrate_folder
+
     with tempfile.TemporaryDirectory(prefix="tiny_multitask_compare_") as scratch:
         a.workdir = Path(a.workdir or scratch).resolve()
         a.workdir.mkdir(parents=True, exist_ok=True)
         print("calibrating: layer profile, all-reduce, compute slowdown, optimizer step", flush=True)
-        launch_calibration(a)
+        launch_ranks(["--calibrate-rank", str(a.workdir), "--profile-rounds", str(a.profile_rounds)], "calibration")
         whole_model = calibrate_whole_model(a)
         calibration = json.loads((a.workdir / "calibration.json").read_text())
         calibration["whole_model"] = whole_model
@@ -174,6 +217,7 @@ def main() -> None:
         print(f"whole model: {whole_model['measured_seconds']:.4f} s measured, {whole_model['predicted_seconds']:.4f} "
               f"s from the layer profile: its entries scaled by {whole_model['factor']:.3f}", flush=True)
         rounds: dict[str, list[dict]] = {m: [] for m in RUN_MODES}
+        checks: list[Path] = []
         for r in range(a.repeats):
             for m in RUN_MODES:
                 out = a.workdir / f"{m}.{r}.json"
@@ -182,6 +226,12 @@ def main() -> None:
                 if done.returncode != 0:
                     sys.exit(f"compare.py: run.py --mode {m} failed")
                 rounds[m].append(json.loads(out.read_text()))
+            checks.append(a.workdir / f"check.{r}.json")
+            launch_ranks(["--check-rank", str(checks[-1])], "timing the whole model between rounds")
+        across = recalibrate_folder(a.workdir, checks)
+        print(f"across the runs: whole model {across['whole_model_seconds']:.4f} s (profile scaled by "
+              f"{across['factor']:.3f}), optimizer step {across['optimizer_seconds'] * 1e3:.1f} ms", flush=True)
+        predicted = {m: simulated_seconds(a, m) for m in RUN_MODES}
         table = {"calibration": json.loads((a.workdir / "calibration.json").read_text()),
                  "profile": json.loads((a.workdir / "profile.json").read_text()),
                  "cluster": json.loads((a.workdir / "cluster.json").read_text()),
@@ -194,10 +244,10 @@ def main() -> None:
         means = [statistics.fmean(r) for r in by_round]
         measured = statistics.median(per_step)
         cv = statistics.pstdev(means) / statistics.fmean(means) if len(means) > 1 else 0.0
-        predicted = rounds[m][0]["predicted_step_seconds"]
-        error = predicted / measured - 1
+        error = predicted[m] / measured - 1
         table["modes"][m] = {
-            "predicted_step_seconds": predicted, "measured_step_seconds": measured,
+            "predicted_step_seconds": predicted[m], "measured_step_seconds": measured,
+            "planned_step_seconds": rounds[m][0]["predicted_step_seconds"],
             "measured_step_seconds_mean": statistics.fmean(per_step), "measured_cv": cv,
             "prediction_error": error, "within_tolerance": abs(error) <= max(0.15, 3 * cv),
             "measured_step_seconds_by_round": means, "arrangement": rounds[m][0]["arrangement"],
@@ -207,12 +257,12 @@ def main() -> None:
     table["predicted_speedup"] = modes["sequential"]["predicted_step_seconds"] / modes["waves"]["predicted_step_seconds"]
     out = Path(a.out)
     out.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"\n{'mode':<12} {'arrangement':<12} {'predicted s':>11} {'measured s':>10} {'(mean)':>8} {'CV':>6} "
-          f"{'error':>7}")
+    print(f"\n{'mode':<12} {'arrangement':<12} {'planned s':>9} {'predicted s':>11} {'measured s':>10} {'(mean)':>8} "
+          f"{'CV':>6} {'error':>7}")
     for m, row in modes.items():
-        print(f"{m:<12} {row['arrangement']:<12} {row['predicted_step_seconds']:>11.4f} "
-              f"{row['measured_step_seconds']:>10.4f} {row['measured_step_seconds_mean']:>8.4f} "
-              f"{row['measured_cv']:>6.1%} {row['prediction_error']:>+7.1%}"
+        print(f"{m:<12} {row['arrangement']:<12} {row['planned_step_seconds']:>9.4f} "
+              f"{row['predicted_step_seconds']:>11.4f} {row['measured_step_seconds']:>10.4f} "
+              f"{row['measured_step_seconds_mean']:>8.4f} {row['measured_cv']:>6.1%} {row['prediction_error']:>+7.1%}"
               f"{'' if row['within_tolerance'] else '  outside max(15%, 3 CV)'}")
     print(f"waves over sequential: {table['speedup']:.3f}x measured, {table['predicted_speedup']:.3f}x simulated")
 

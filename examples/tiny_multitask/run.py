@@ -50,8 +50,9 @@ def fulcrum_cli(given: str | None) -> str:
 
 def plan_command(a, workdir: Path, mode: str) -> list[str]:
     """The `fulcrum multitask` call that writes ``mode``'s schedule into ``workdir`` and prints its timing."""
+    # --zero 0: every rank steps a whole optimizer over the parameters it holds (make_optimizer), not a shard.
     cmd = [a.fulcrum, "multitask", "--tasks", str(workdir / "tasks.json"), "--cluster", a.cluster, "--dtype", DTYPE,
-           "--schedule-of", "sequential" if mode == "sequential" else "plan",
+           "--zero", "0", "--schedule-of", "sequential" if mode == "sequential" else "plan",
            "--save-schedule", str(workdir / f"{mode}.schedule.json"), "--json"]
     return cmd + (["--profile", a.profile] if a.profile else [])
 

@@ -8,11 +8,16 @@
    model's forward and backward over calibration micro-batches (not the runs') is timed after every round of
    the profile and set against the profile's prediction for them; every profile entry is scaled by that ratio.
 2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
-   machine does not fall on one mode alone.
+   machine does not fall on one mode alone. After every round the whole model and the optimizer step are timed
+   again on both ranks (never the runs' own steps).
 3. Simulates each mode's measured steps with the profile and the cluster file (`fulcrum simulate`: same
-   samples, batches and schedule).
+   samples, batches and schedule): first on the calibration before the runs (``planned_step_seconds``), then,
+   as the prediction, with the profile scaled by the median of every whole-model sample and the optimizer step
+   the median of every optimizer sample (fulcrum.profile.recalibrate_folder), so the calibration spans the same
+   minutes as the runs.
 4. Prints predicted and measured step times side by side and writes
-   ``modes{<mode>{predicted_step_seconds, measured_step_seconds, measured_cv, tokens_per_second, ...}}``.
+   ``modes{<mode>{predicted_step_seconds, planned_step_seconds, measured_step_seconds, measured_cv,
+   tokens_per_second, ...}}``.
 
 The measured step time is the mean over the measured steps of each step's median over the rounds (run.timing);
 ``measured_cv`` is the spread of the rounds' means.
@@ -60,12 +65,34 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
                              rounds=rounds, after_round=lambda: whole.extend(whole_model_seconds(model)))
     calibration = fp.calibrate_cpu(model.parameters())
     if rank == 0:
-        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": statistics.median(whole)}) + "\n")
+        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": statistics.median(whole),
+                                                             "samples": whole}) + "\n")
         fp.write_profile(out_dir / "profile.json", table)
         (out_dir / "cluster.json").write_text(json.dumps(calibration.cluster(), indent=1) + "\n")
         (out_dir / "calibration.json").write_text(json.dumps(calibration.record(), indent=1) + "\n")
     from fulcrum.runtime import end_rank
 
+    end_rank()
+
+
+def check_rank(out_file: Path) -> None:
+    """One of the two ranks that time the whole model and the optimizer step again between rounds of the runs;
+    rank 0 writes them."""
+    import torch
+    import torch.distributed as dist
+
+    import fulcrum.profile as fp
+    from fulcrum.runtime import end_rank
+    from model import TinyVlm, TinyVlmConfig
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    dist.init_process_group("gloo")
+    model = TinyVlm(TinyVlmConfig())
+    whole = whole_model_seconds(model)
+    optimizer = fp.time_optimizer_step(model.parameters())
+    if dist.get_rank() == 0:
+        fp.write_check(out_file, whole, optimizer)
     end_rank()
 
 
@@ -175,9 +202,13 @@ def main() -> None:
     p.add_argument("--workdir", help="folder for the calibration and the runs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
     p.add_argument("--calibrate-rank", help=argparse.SUPPRESS)
+    p.add_argument("--check-rank", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.calibrate_rank:
         calibrate_rank(Path(a.calibrate_rank), a.profile_rounds)
+        return
+    if a.check_rank:
+        check_rank(Path(a.check_rank))
         return
     if not a.out:
         p.error("--out is required")
@@ -188,6 +219,8 @@ def main() -> None:
     if a.steps < 1 or a.repeats < 1 or a.warmup < 0:
         p.error("--steps and --repeats must be at least 1, --warmup at least 0")
     a.fulcrum = run.fulcrum_cli(a.fulcrum)
+    from fulcrum.profile import recalibrate_folder
+
     with tempfile.TemporaryDirectory(prefix="tiny_vlm_compare_") as scratch:
         a.workdir = Path(a.workdir or scratch).resolve()
         a.workdir.mkdir(parents=True, exist_ok=True)
@@ -201,6 +234,7 @@ def main() -> None:
         print(f"whole model: {whole_model['measured_seconds']:.4f} s measured, {whole_model['predicted_seconds']:.4f} s "
               f"from the layer profile: its entries scaled by {whole_model['factor']:.3f}", flush=True)
         rounds: dict[str, list[dict]] = {m: [] for m in modes}
+        checks: list[Path] = []
         for r in range(a.repeats):
             for m in modes:
                 out = a.workdir / f"{m}.{r}.json"
@@ -209,6 +243,12 @@ def main() -> None:
                 if done.returncode != 0:
                     sys.exit(f"compare.py: run.py --mode {m} failed")
                 rounds[m].append(json.loads(out.read_text()))
+            checks.append(a.workdir / f"check.{r}.json")
+            run.start_ranks(Path(__file__).resolve(), ["--check-rank", str(checks[-1])])
+        planned = {m: predicted_seconds(a, m, a.workdir / m)["predicted_step_seconds"] for m in modes}
+        across = recalibrate_folder(a.workdir, checks)
+        print(f"across the runs: whole model {across['whole_model_seconds']:.4f} s (profile scaled by "
+              f"{across['factor']:.3f}), optimizer step {across['optimizer_seconds'] * 1e3:.1f} ms", flush=True)
         table = {"calibration": json.loads((a.workdir / "calibration.json").read_text()),
                  "profile": json.loads((a.workdir / "profile.json").read_text()),
                  "cluster": json.loads((a.workdir / "cluster.json").read_text()),
@@ -220,7 +260,7 @@ def main() -> None:
             prediction = predicted_seconds(a, m, a.workdir / m)
             error = prediction["predicted_step_seconds"] / measured - 1
             table["modes"][m] = {
-                "predicted_step_seconds": prediction["predicted_step_seconds"],
+                "predicted_step_seconds": prediction["predicted_step_seconds"], "planned_step_seconds": planned[m],
                 "measured_step_seconds": measured, "measured_cv": cv, "prediction_error": error,
                 "within_tolerance": abs(error) <= max(0.15, 3 * cv),
                 "measured_step_seconds_median": stats["step_seconds_median"],
@@ -235,11 +275,12 @@ def main() -> None:
     table["speedups"] = speedups(table["modes"])
     out = Path(a.out)
     out.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"\n{'mode':<18} {'predicted s':>11} {'measured s':>10} {'CV':>6} {'error':>7} {'tokens/s':>9} "
-          f"{'held-out loss':>13}")
+    print(f"\n{'mode':<18} {'planned s':>9} {'predicted s':>11} {'measured s':>10} {'CV':>6} {'error':>7} "
+          f"{'tokens/s':>9} {'held-out loss':>13}")
     for m, row in table["modes"].items():
         held = row["held_out_losses"]
-        print(f"{m:<18} {row['predicted_step_seconds']:>11.4f} {row['measured_step_seconds']:>10.4f} "
+        print(f"{m:<18} {row['planned_step_seconds']:>9.4f} {row['predicted_step_seconds']:>11.4f} "
+              f"{row['measured_step_seconds']:>10.4f} "
               f"{row['measured_cv']:>6.1%} {row['prediction_error']:>+7.1%} {row['tokens_per_second']:>9.0f} "
               f"{held[-1][1] if held else float('nan'):>13.3f}"
               f"{'' if row['within_tolerance'] else '  outside max(15%, 3 CV)'}")

@@ -7,6 +7,7 @@
 
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/cost_model.h"
+#include "fulcrum/cost/training_state_memory.h"
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/model/task_graph.h"
 #include "fulcrum/plan/level_allocation.h"
@@ -27,6 +28,9 @@ struct MultitaskInputs {
   const CostModel* cost = nullptr;
   DeviceEfficiency efficiency;
   Dtype dtype = Dtype::kBf16;
+  // The optimizer state the schedules keep: sharded over each layer's replicas (ZeRO-1, as DeepSpeed runs such
+  // models) or whole on every device that holds the layer (ZeRO-0, a plain optimizer per device).
+  StateSharding state_sharding = StateSharding::kZero1;
 };
 
 // A wave's slice on the cluster, with the MetaOp it belongs to.

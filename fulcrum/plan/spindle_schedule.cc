@@ -40,8 +40,11 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
   Schedule s;
   s.kind = PipelineKind::kCustom;
   s.layout.pp = devices;
-  // Optimizer state sharded over each layer's replicas (ZeRO-1), gradients all-reduced in full.
-  s.layout.state_sharding = StateSharding::kZero1;
+  // Gradients all-reduced in full; the optimizer state as the inputs say (ZeRO-0 or ZeRO-1).
+  if (in.state_sharding != StateSharding::kZero0 && in.state_sharding != StateSharding::kZero1) {
+    throw InputError("a multitask schedule all-reduces gradients in full: its optimizer state is ZeRO-0 or ZeRO-1");
+  }
+  s.layout.state_sharding = in.state_sharding;
   s.micro_batches = 1;
   s.model_layers = flattened_layers(in.graph->model);
   s.recompute = block_recompute(in.graph->model, recompute);

@@ -145,3 +145,26 @@ def test_the_cpu_cluster_reproduces_the_measured_all_reduce(tmp_path):
     assert cluster["device"]["communication_compute_slowdown"] == 0.7
     # The 1 ms fitted latency is the simulator's two ring steps of 2 ranks: 0.5 ms each.
     assert cluster["device"]["collective_latency_seconds"] == pytest.approx(0.5e-3)
+
+
+def test_a_calibration_across_runs_takes_the_median_of_every_sample():
+    fit = fp.fit_alpha_beta("all_reduce", 2, [1e6, 4e6], [1e-3 + 1e6 / 2e9, 1e-3 + 4e6 / 2e9])
+    cluster = fp.cpu_cluster(2, fit, compute_slowdown=0.6, optimizer_seconds=0.02, optimizer_parameters=1000)
+    table = {"fulcrum_profile": 1, "entries": [{"layer": "a", "pass": "forward", "tokens": [8, 16],
+                                                "seconds": [2.0, 3.0]}]}
+    profile, recalibrated, record = fp.calibration_across_runs(
+        table, cluster, whole_model_predicted_seconds=0.5, whole_model_seconds=[0.6, 0.4, 0.55, 0.7, 0.5],
+        optimizer_seconds=[0.03, 0.01, 0.02, 0.05], parameters=1000)
+    # Medians 0.55 s (the layer profile said 0.5 s) and 0.025 s.
+    assert record["factor"] == pytest.approx(1.1) and record["optimizer_seconds"] == pytest.approx(0.025)
+    assert profile["entries"][0]["seconds"] == pytest.approx([2.2, 3.3])
+    assert table["entries"][0]["seconds"] == [2.0, 3.0]  # the layers' own table is left as it was
+    # The simulator's Adam step: 30 bytes a parameter over the memory bandwidth at the cpu kind's efficiency.
+    bandwidth = recalibrated["device"]["memory_bytes_per_second"]
+    assert 30 * 1000 / (bandwidth * 0.6) == pytest.approx(0.025)
+    # Everything else in the cluster file is the calibration's.
+    assert {k: v for k, v in recalibrated["device"].items() if k != "memory_bytes_per_second"} == \
+        {k: v for k, v in cluster["device"].items() if k != "memory_bytes_per_second"}
+    with pytest.raises(ValueError, match="needs whole-model and optimizer samples"):
+        fp.calibration_across_runs(table, cluster, whole_model_predicted_seconds=0.5, whole_model_seconds=[],
+                                   optimizer_seconds=[0.02], parameters=1000)

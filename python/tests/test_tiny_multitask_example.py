@@ -144,3 +144,27 @@ def test_wave_plans_are_checked(tmp_path):
     graph = json.loads((work / "tasks.json").read_text())
     with pytest.raises(ValueError, match="2 devices, but 1 ranks"):
         fr.WaveRuntime(example.TinyMultitask(), graph, doc)
+
+
+def test_compare_predicts_the_schedules_that_ran(tmp_path):
+    out, work = tmp_path / "table.json", tmp_path / "work"
+    done = subprocess.run([sys.executable, str(EXAMPLE / "compare.py"), "--steps", "2", "--warmup", "1", "--repeats",
+                           "1", "--profile-rounds", "1", "--workdir", str(work), "--out", str(out)],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    table = json.loads(out.read_text())
+    assert set(table["modes"]) == {"sequential", "waves"}
+    # One check after the one round: the profile the runs are predicted with is the layers' own scaled by the
+    # median of the whole model's samples, the calibration's three and the check's three.
+    across = table["calibration"]["across_runs"]
+    assert across["checks"] == 1 and across["whole_model_samples"] == 6, across
+    layers = json.loads((work / "profile_layers.json").read_text())
+    for scaled, own in zip(table["profile"]["entries"], layers["entries"], strict=True):
+        assert scaled["seconds"] == pytest.approx([t * across["factor"] for t in own["seconds"]], rel=1e-12)
+    for mode, row in table["modes"].items():
+        # Every rank steps a whole AdamW, so the schedules that ran keep the optimizer state whole.
+        schedule = json.loads((work / mode / f"{mode}.schedule.json").read_text())
+        assert schedule["layout"]["state_sharding"] == "zero-0", mode
+        # Two steps are too few to hold the simulator to its target, but not to being the right size.
+        assert row["planned_step_seconds"] > 0
+        assert 0.5 < row["predicted_step_seconds"] / row["measured_step_seconds"] < 2, (mode, row)

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 
@@ -112,17 +113,27 @@ def test_compare_lays_predictions_beside_measurements(tmp_path):
     assert "predicted" in done.stdout and "pp-megatron" in done.stdout
     # The calibration wrote a profile for every layer shape and a cluster file the simulator read.
     assert table["cluster"]["preset"] == "cpu:2" and table["profile"]["entries"]
-    # The whole model set against the layer profile: the profile the runs are predicted with is the layers' own
-    # scaled by the measured ratio (the graph's overhead makes it about 1 or more; never several times off either
-    # way). This short calibration profiles each layer in one round, so a busy machine moves the ratio by a third.
+    # The whole model set against the layer profile (the graph's overhead makes the ratio about 1 or more; never
+    # several times off either way). This short calibration profiles each layer in one round, so a busy machine
+    # moves the ratio by a third.
     whole = table["calibration"]["whole_model"]
     assert 0.5 < whole["factor"] < 3, whole
     assert abs(whole["factor"] - whole["measured_seconds"] / whole["predicted_seconds"]) < 1e-12
-    layers = json.loads((tmp_path / "work" / "profile_layers.json").read_text())
+    # The profile the runs are predicted with is the layers' own scaled by the median of the whole model's
+    # samples, the calibration's and the check's after the one round, over the layer profile's prediction.
+    work = tmp_path / "work"
+    samples = json.loads((work / "whole_model.json").read_text())["samples"]
+    samples += [t for c in sorted(work.glob("check.*.json")) for t in json.loads(c.read_text())["whole_model_seconds"]]
+    across = table["calibration"]["across_runs"]
+    assert across["checks"] == 1 and across["whole_model_samples"] == len(samples) == 6, across
+    assert across["factor"] == pytest.approx(statistics.median(samples) / whole["predicted_seconds"], rel=1e-12)
+    assert 0.5 < across["factor"] < 3, across
+    layers = json.loads((work / "profile_layers.json").read_text())
     for scaled, own in zip(table["profile"]["entries"], layers["entries"], strict=True):
-        assert scaled["seconds"] == pytest.approx([t * whole["factor"] for t in own["seconds"]], rel=1e-12)
+        assert scaled["seconds"] == pytest.approx([t * across["factor"] for t in own["seconds"]], rel=1e-12)
     for mode, row in table["modes"].items():
-        for key in ("predicted_step_seconds", "measured_step_seconds", "measured_cv", "tokens_per_second"):
+        for key in ("predicted_step_seconds", "planned_step_seconds", "measured_step_seconds", "measured_cv",
+                    "tokens_per_second"):
             assert row[key] >= 0, (mode, key)
         # Two steps are too few to hold the simulator to its target, but not to being the right size.
         assert 0.5 < row["predicted_step_seconds"] / row["measured_step_seconds"] < 2, (mode, row)

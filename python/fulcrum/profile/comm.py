@@ -171,6 +171,7 @@ class CpuCalibration:
     optimizer_seconds: float  # an AdamW step over `parameters` parameters, median
     parameters: int
     devices: int
+    optimizer_step_seconds: tuple[float, ...] = ()  # every measured step, of which optimizer_seconds is the median
 
     def cluster(self) -> dict:
         """The cluster JSON (``cpu_cluster``) these measurements give."""
@@ -183,7 +184,8 @@ class CpuCalibration:
         return {"all_reduce": {"latency_seconds": fit.latency_seconds, "bytes_per_second": fit.bytes_per_second,
                                "sizes_bytes": fit.sizes_bytes, "seconds": fit.seconds},
                 "communication_compute_slowdown": self.compute_slowdown,
-                "optimizer_seconds": self.optimizer_seconds, "parameters": self.parameters}
+                "optimizer_seconds": self.optimizer_seconds, "optimizer_step_seconds": list(self.optimizer_step_seconds),
+                "parameters": self.parameters}
 
 
 def calibrate_cpu(parameters) -> CpuCalibration:
@@ -202,15 +204,27 @@ def calibrate_cpu(parameters) -> CpuCalibration:
 
     slowdown = measure_compute_slowdown(compute, size_bytes=1 << 23, repeats=15)
     params = list(parameters)
+    steps = time_optimizer_step(params)
+    return CpuCalibration(all_reduce=fit, compute_slowdown=slowdown, optimizer_seconds=statistics.median(steps),
+                          parameters=sum(q.numel() for q in params), devices=dist.get_world_size(),
+                          optimizer_step_seconds=tuple(steps))
+
+
+def time_optimizer_step(parameters, *, warmup: int = 3, repeats: int = 9) -> list[float]:
+    """Seconds of each of ``repeats`` AdamW steps over ``parameters``, on every rank of the default process group
+    at once (a barrier before each). Their gradients are set to random values and the steps change them."""
+    import torch
+    import torch.distributed as dist
+
+    params = list(parameters)
     for q in params:
         q.grad = torch.randn_like(q)
     optimizer = torch.optim.AdamW(params, lr=1e-3)
     times = []
-    for i in range(3 + 9):
+    for i in range(warmup + repeats):
         dist.barrier()
         start = time.perf_counter()
         optimizer.step()
-        if i >= 3:
+        if i >= warmup:
             times.append(time.perf_counter() - start)
-    return CpuCalibration(all_reduce=fit, compute_slowdown=slowdown, optimizer_seconds=statistics.median(times),
-                          parameters=sum(q.numel() for q in params), devices=dist.get_world_size())
+    return times

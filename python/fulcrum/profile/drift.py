@@ -1,0 +1,92 @@
+"""A calibration taken across a measurement rather than once before it.
+
+A shared host's speed drifts: one calibration before a run of several minutes can catch it in a faster or a slower
+spell than the run, and every prediction made from it then errs the same way. The two figures that carry most of a
+step, the whole model's forward and backward against the layer profile's prediction of it, and the optimizer
+step, are cheap to measure again between a measurement's rounds; their medians over every sample give the profile
+and the cluster file the simulator predicts the measured steps from. The samples are never the runs' own steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Sequence, Union
+
+from fulcrum.profile.comm import CPU_MEMORY_EFFICIENCY, OPTIMIZER_BYTES_PER_PARAMETER
+from fulcrum.profile.layers import write_profile
+
+
+def scaled_profile(table: dict, factor: float) -> dict:
+    """A copy of the profile table with every entry's seconds times ``factor``."""
+    if not factor > 0:
+        raise ValueError(f"a profile's scale must be positive, got {factor}")
+    out = copy.deepcopy(table)
+    for entry in out["entries"]:
+        entry["seconds"] = [t * factor for t in entry["seconds"]]
+    return out
+
+
+def with_optimizer_seconds(cluster: dict, optimizer_seconds: float, parameters: int) -> dict:
+    """A copy of a CPU cluster file whose memory bandwidth makes the simulator's Adam step over ``parameters``
+    parameters take ``optimizer_seconds`` (as ``cpu_cluster`` sets it from a calibration)."""
+    if not optimizer_seconds > 0 or parameters < 1:
+        raise ValueError(f"an optimizer step needs positive seconds and parameters, got {optimizer_seconds} s over "
+                         f"{parameters}")
+    out = copy.deepcopy(cluster)
+    out.setdefault("device", {})["memory_bytes_per_second"] = (
+        OPTIMIZER_BYTES_PER_PARAMETER * parameters / optimizer_seconds / CPU_MEMORY_EFFICIENCY)
+    return out
+
+
+def calibration_across_runs(layer_table: dict, cluster: dict, *, whole_model_predicted_seconds: float,
+                            whole_model_seconds: Sequence[float], optimizer_seconds: Sequence[float],
+                            parameters: int) -> tuple[dict, dict, dict]:
+    """The profile and cluster file from samples taken before and between a measurement's rounds.
+
+    ``layer_table``: the layers' own profile; ``whole_model_predicted_seconds``: what it predicts for the whole
+    model's forward and backward that ``whole_model_seconds`` timed; ``optimizer_seconds``: timed Adam steps over
+    ``parameters`` parameters. Returns the profile scaled by the median whole-model time over the prediction, the
+    cluster file with the median optimizer step, and a record of the figures."""
+    if not whole_model_seconds or not optimizer_seconds:
+        raise ValueError("a calibration across runs needs whole-model and optimizer samples")
+    measured = statistics.median(whole_model_seconds)
+    factor = measured / whole_model_predicted_seconds
+    optimizer = statistics.median(optimizer_seconds)
+    record = {"whole_model_seconds": measured, "whole_model_samples": len(whole_model_seconds), "factor": factor,
+              "optimizer_seconds": optimizer, "optimizer_samples": len(optimizer_seconds)}
+    return (scaled_profile(layer_table, factor), with_optimizer_seconds(cluster, optimizer, parameters), record)
+
+
+def write_check(path: Union[str, os.PathLike], whole_model_seconds: Sequence[float],
+                optimizer_seconds: Sequence[float]) -> None:
+    """One check taken between rounds: the whole model's times and the optimizer step's, as JSON."""
+    Path(path).write_text(json.dumps({"whole_model_seconds": list(whole_model_seconds),
+                                      "optimizer_seconds": list(optimizer_seconds)}) + "\n")
+
+
+def recalibrate_folder(folder: Union[str, os.PathLike], checks: Sequence[Union[str, os.PathLike]]) -> dict:
+    """calibration_across_runs over a calibration folder as the examples' compare.py lay it out: the layers' own
+    profile in profile_layers.json, calibrate_cpu's record in calibration.json (with ``whole_model
+    {predicted_seconds}``, the layer profile's prediction of the whole model), the whole model's samples in
+    whole_model.json (``samples``) and the cluster file in cluster.json; ``checks`` are write_check's files.
+    Writes profile.json and cluster.json, adds the record to calibration.json as ``across_runs`` and returns it."""
+    folder = Path(folder)
+    calibration = json.loads((folder / "calibration.json").read_text())
+    taken = [json.loads(Path(c).read_text()) for c in checks]
+    profile, cluster, record = calibration_across_runs(
+        json.loads((folder / "profile_layers.json").read_text()), json.loads((folder / "cluster.json").read_text()),
+        whole_model_predicted_seconds=calibration["whole_model"]["predicted_seconds"],
+        whole_model_seconds=json.loads((folder / "whole_model.json").read_text())["samples"] +
+        [t for c in taken for t in c["whole_model_seconds"]],
+        optimizer_seconds=calibration["optimizer_step_seconds"] + [t for c in taken for t in c["optimizer_seconds"]],
+        parameters=calibration["parameters"])
+    write_profile(folder / "profile.json", profile)
+    (folder / "cluster.json").write_text(json.dumps(cluster, indent=1) + "\n")
+    record["checks"] = len(taken)
+    calibration["across_runs"] = record
+    (folder / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
+    return record
