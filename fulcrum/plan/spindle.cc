@@ -79,13 +79,17 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
     if (ops.empty()) continue;
     lp.relaxation = relax_level(ops, devices);
     lp.parts = bipoint(ops, lp.relaxation);
-    // The discretised parts packed both ways a part that fits no whole operator in a wave can go; the shorter kept.
+    // The discretised parts packed both ways a part that fits no whole operator in a wave can go, with waves as
+    // long as their shortest part or as keeps them busiest; the shortest packing kept (each is best somewhere).
     auto end_of = [&](const std::vector<Wave>& w) { return w.empty() ? now : w.back().start_seconds + w.back().seconds; };
     std::vector<Wave> waves;
     if (choice == LevelChoice::kFasterOfWavesAndSerial) {
-      waves = wavefront(ops, lp.parts, devices, now);
-      std::vector<Wave> leaving = wavefront(ops, lp.parts, devices, now, PartThatFitsNone::kLeave);
-      if (end_of(leaving) < end_of(waves) * (1 - 1e-12)) waves = std::move(leaving);
+      for (WaveLength length : {WaveLength::kShortestPart, WaveLength::kBusiestWave}) {
+        for (PartThatFitsNone fits_none : {PartThatFitsNone::kRunOne, PartThatFitsNone::kLeave}) {
+          std::vector<Wave> packed = wavefront(ops, lp.parts, devices, now, fits_none, length);
+          if (waves.empty() || end_of(packed) < end_of(waves) * (1 - 1e-12)) waves = std::move(packed);
+        }
+      }
     }
     // The level's MetaOps one after another, each on all the devices it can use: exact for curves that scale
     // linearly, where the discretised waves lose to it. Kept when faster.

@@ -11,7 +11,7 @@
 namespace fulcrum {
 
 std::vector<Wave> wavefront(const std::vector<LevelOp>& ops, const std::vector<LevelPart>& parts, int devices,
-                            double start_seconds, PartThatFitsNone fits_none) {
+                            double start_seconds, PartThatFitsNone fits_none, WaveLength length) {
   struct Remaining {
     LevelPart part;
     int64_t left = 0;
@@ -80,22 +80,45 @@ std::vector<Wave> wavefront(const std::vector<LevelOp>& ops, const std::vector<L
       used += next - chosen[best].devices;
       chosen[best].devices = next;
     }
-    // Align: the shortest part sets the length; the others run the whole operators that fit in it.
-    double shortest = std::numeric_limits<double>::infinity();
-    for (const Chosen& c : chosen) {
+    // Align: one part's time to finish sets the length; the others run the whole operators that fit in it.
+    auto time_to_finish = [&](const Chosen& c) {
       const Remaining& r = remaining[c.index];
-      shortest = std::min(shortest, static_cast<double>(r.left) * seconds_per_layer(r.part.op, c.devices));
+      return static_cast<double>(r.left) * seconds_per_layer(r.part.op, c.devices);
+    };
+    // The operators a chosen part runs in a wave of `seconds`; 0 when it leaves the wave.
+    auto fitting = [&](const Chosen& c, double seconds) -> int64_t {
+      const Remaining& r = remaining[c.index];
+      const int64_t fit = std::min<int64_t>(std::llround(seconds / seconds_per_layer(r.part.op, c.devices)), r.left);
+      if (fit >= 1) return fit;
+      return fits_none == PartThatFitsNone::kLeave ? 0 : 1;  // the part that sets the length always fits
+    };
+    double wave_length = std::numeric_limits<double>::infinity();
+    for (const Chosen& c : chosen) wave_length = std::min(wave_length, time_to_finish(c));
+    if (length == WaveLength::kBusiestWave) {
+      double busiest = -1;
+      for (const Chosen& candidate : chosen) {
+        const double seconds = time_to_finish(candidate);
+        double busy = 0, longest = 0;
+        for (const Chosen& c : chosen) {
+          const double run = static_cast<double>(fitting(c, seconds)) *
+                             seconds_per_layer(remaining[c.index].part.op, c.devices);
+          busy += run * c.devices;
+          longest = std::max(longest, run);
+        }
+        const double share = busy / (static_cast<double>(devices) * longest);
+        if (share > busiest * (1 + 1e-12) || (share >= busiest * (1 - 1e-12) && seconds < wave_length)) {
+          busiest = share;
+          wave_length = seconds;
+        }
+      }
     }
     Wave wave;
     wave.start_seconds = now;
     for (const Chosen& c : chosen) {
       Remaining& r = remaining[c.index];
       const double per_layer = seconds_per_layer(r.part.op, c.devices);
-      int64_t fit = std::min<int64_t>(std::llround(shortest / per_layer), r.left);
-      if (fit < 1) {
-        if (fits_none == PartThatFitsNone::kLeave) continue;  // the part that sets the length always fits
-        fit = 1;
-      }
+      const int64_t fit = fitting(c, wave_length);
+      if (fit == 0) continue;
       WaveSlice s;
       s.op = r.part.op;
       s.devices = c.devices;

@@ -32,15 +32,20 @@ struct Wave {
 //            largest device count first, while they fit in the `devices` devices;
 //   extend   devices left idle raise a proposed part to its op's next valid count, the part whose op has the
 //            most time left first, while any fits;
-//   align    the wave lasts as long as its shortest part needs for all its operators: that part runs them all,
+//   align    the wave lasts as long as one of its parts needs for all its operators: that part runs them all,
 //            each other part as many whole operators as fit in that time (rounded to the nearest); a part that
-//            fits none runs one and sets the wave's length (kRunOne), or leaves the wave (kLeave);
+//            fits none runs one and sets the wave's length (kRunOne), or leaves the wave (kLeave). Spindle's
+//            part is the shortest (kShortestPart); kBusiestWave takes the part whose time keeps the wave's
+//            devices busiest (busy device-seconds over devices × the wave's length; ties: the shorter), which
+//            cuts fewer, longer waves where the shortest part would leave rounding gaps in every one;
 //   commit   the slices start at the wave's start; the next wave starts at its end.
 // Every wave finishes at least one part, so there are at most as many waves as parts. Slices of an op cover its
 // operators in order, each once.
 enum class PartThatFitsNone { kRunOne, kLeave };
+enum class WaveLength { kShortestPart, kBusiestWave };
 std::vector<Wave> wavefront(const std::vector<LevelOp>& ops, const std::vector<LevelPart>& parts, int devices,
-                            double start_seconds, PartThatFitsNone fits_none = PartThatFitsNone::kRunOne);
+                            double start_seconds, PartThatFitsNone fits_none = PartThatFitsNone::kRunOne,
+                            WaveLength length = WaveLength::kShortestPart);
 
 }  // namespace fulcrum
 

@@ -33,7 +33,8 @@ TEST(Wavefront, EveryWaveRespectsCapacityAndEveryOperatorRunsOnce) {
     const std::vector<LevelPart> parts = bipoint(ops, relax_level(ops, devices));
     const double start = 0.25;
     const PartThatFitsNone mode = trial % 2 == 0 ? PartThatFitsNone::kRunOne : PartThatFitsNone::kLeave;
-    const std::vector<Wave> waves = wavefront(ops, parts, devices, start, mode);
+    const WaveLength length = trial % 4 < 2 ? WaveLength::kShortestPart : WaveLength::kBusiestWave;
+    const std::vector<Wave> waves = wavefront(ops, parts, devices, start, mode, length);
     ASSERT_LE(waves.size(), parts.size()) << "trial " << trial;
     std::vector<int64_t> next(count, 0);
     double at = start;
@@ -81,6 +82,27 @@ TEST(Wavefront, APartThatFitsNoOperatorRunsOneOrLeaves) {
   EXPECT_NEAR(leave[0].seconds, 0.1, 1e-12);
   EXPECT_EQ(leave[1].slices[0].devices, 8);
   EXPECT_NEAR(end(leave), 1.6, 1e-12);
+}
+
+// The busiest wave: op 0's operator (0.1 s on 4 devices) beside op 1's three (1.0 s each on 4). A wave of 0.1 s
+// leaves op 1 out and keeps 4 of 8 devices busy, 0.4 / 0.8 device-seconds; a wave of op 1's 3.0 s holds both,
+// 0.4 + 12 of 24 (0.517): one wave of 3.0 s. Running op 1's part anyway, a wave of 0.1 s stretches to 1.0 s
+// (0.4 + 4 of 8, 0.55) and beats 3.0 s: the shortest part's wave, as Spindle's alignment makes it.
+TEST(Wavefront, TheBusiestWaveTakesThePartThatKeepsTheDevicesBusiest) {
+  const ScalabilityCurve light = doubling(0.4, 1.0, 8);
+  const ScalabilityCurve heavy = doubling(4.0, 1.0, 8);
+  const std::vector<LevelOp> ops{{&light, 1}, {&heavy, 3}};
+  const std::vector<LevelPart> parts{{0, 4, 1}, {1, 4, 3}};
+  const std::vector<Wave> leave = wavefront(ops, parts, 8, 0, PartThatFitsNone::kLeave, WaveLength::kBusiestWave);
+  ASSERT_EQ(leave.size(), 1u);
+  ASSERT_EQ(leave[0].slices.size(), 2u);
+  EXPECT_NEAR(leave[0].seconds, 3.0, 1e-12);
+  for (const WaveSlice& slice : leave[0].slices) EXPECT_EQ(slice.layers, slice.op == 1 ? 3 : 1);
+  const std::vector<Wave> run_one = wavefront(ops, parts, 8, 0, PartThatFitsNone::kRunOne, WaveLength::kBusiestWave);
+  const std::vector<Wave> shortest = wavefront(ops, parts, 8, 0, PartThatFitsNone::kRunOne);
+  ASSERT_EQ(run_one.size(), shortest.size());
+  EXPECT_NEAR(run_one[0].seconds, 1.0, 1e-12);
+  EXPECT_NEAR(run_one.back().start_seconds + run_one.back().seconds, 2.0, 1e-12);
 }
 
 // Two ops that each want half the devices share every wave: the level takes its relaxed makespan.
