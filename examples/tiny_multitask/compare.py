@@ -121,6 +121,8 @@ def calibrate_whole_model(a) -> dict:
     on one device, whose only arrangement runs every operator in turn, less the calibrated optimizer step) and
     scales every profile entry by their ratio: profile.json becomes the calibrated table, profile_layers.json
     keeps the layers' own."""
+    import fulcrum.profile as fp
+
     from model import TinyMultitask
 
     work = a.workdir / "whole_model"
@@ -141,10 +143,7 @@ def calibrate_whole_model(a) -> dict:
     predicted = json.loads(out.stdout)["iteration_seconds"] - calibration["optimizer_seconds"]
     measured = json.loads((a.workdir / "whole_model.json").read_text())["seconds"]
     factor = measured / predicted
-    table = json.loads(layers.read_text())
-    for entry in table["entries"]:
-        entry["seconds"] = [t * factor for t in entry["seconds"]]
-    (a.workdir / "profile.json").write_text(json.dumps(table, indent=1) + "\n")
+    fp.write_profile(a.workdir / "profile.json", fp.scaled_profile(json.loads(layers.read_text()), factor))
     return {"measured_seconds": measured, "predicted_seconds": predicted, "factor": factor}
 
 

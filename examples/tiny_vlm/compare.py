@@ -131,6 +131,8 @@ def calibrate_whole_model(a) -> dict:
     """Sets the measured whole-model seconds against what the layer profile predicts for the same micro-batches
     (`fulcrum simulate` on one device, the optimizer step left out) and scales every profile entry by their
     ratio: profile.json becomes the calibrated table, profile_layers.json keeps the layers' own."""
+    import fulcrum.profile as fp
+
     from data import scaled_lengths, write_lengths
     from model import TinyVlm, TinyVlmConfig
 
@@ -157,10 +159,7 @@ def calibrate_whole_model(a) -> dict:
     predicted = sum(doc["data"]["iteration_seconds_per_step"]) - steps * doc["optimizer_seconds"]
     measured = json.loads((a.workdir / "whole_model.json").read_text())["seconds"]
     factor = measured / predicted
-    table = json.loads(layers.read_text())
-    for entry in table["entries"]:
-        entry["seconds"] = [t * factor for t in entry["seconds"]]
-    (a.workdir / "profile.json").write_text(json.dumps(table, indent=1) + "\n")
+    fp.write_profile(a.workdir / "profile.json", fp.scaled_profile(json.loads(layers.read_text()), factor))
     return {"measured_seconds": measured, "predicted_seconds": predicted, "factor": factor,
             "micro_batches": steps, "samples_per_micro_batch": CALIBRATION_GROUP}
 

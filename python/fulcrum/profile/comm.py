@@ -157,9 +157,13 @@ def cpu_cluster(devices: int, all_reduce: CollectiveFit, *, fp32_flops_per_secon
     if compute_slowdown is not None:
         device["communication_compute_slowdown"] = compute_slowdown
     if optimizer_seconds and optimizer_parameters:
-        device["memory_bytes_per_second"] = (
-            OPTIMIZER_BYTES_PER_PARAMETER * optimizer_parameters / optimizer_seconds / CPU_MEMORY_EFFICIENCY)
+        device["memory_bytes_per_second"] = optimizer_memory_bytes_per_second(optimizer_seconds, optimizer_parameters)
     return {"fulcrum": 1, "preset": f"cpu:{devices}", "device": device}
+
+
+def optimizer_memory_bytes_per_second(optimizer_seconds: float, parameters: int) -> float:
+    """The memory bandwidth under which the simulator's Adam step over ``parameters`` takes ``optimizer_seconds``."""
+    return OPTIMIZER_BYTES_PER_PARAMETER * parameters / optimizer_seconds / CPU_MEMORY_EFFICIENCY
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Sequence, Union
 
-from fulcrum.profile.comm import CPU_MEMORY_EFFICIENCY, OPTIMIZER_BYTES_PER_PARAMETER
+from fulcrum.profile.comm import optimizer_memory_bytes_per_second
 from fulcrum.profile.layers import write_profile
 
 
@@ -37,8 +37,8 @@ def with_optimizer_seconds(cluster: dict, optimizer_seconds: float, parameters: 
         raise ValueError(f"an optimizer step needs positive seconds and parameters, got {optimizer_seconds} s over "
                          f"{parameters}")
     out = copy.deepcopy(cluster)
-    out.setdefault("device", {})["memory_bytes_per_second"] = (
-        OPTIMIZER_BYTES_PER_PARAMETER * parameters / optimizer_seconds / CPU_MEMORY_EFFICIENCY)
+    out.setdefault("device", {})["memory_bytes_per_second"] = optimizer_memory_bytes_per_second(optimizer_seconds,
+                                                                                              parameters)
     return out
 
 
