@@ -146,6 +146,61 @@ void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const Cl
                            simulated.oom ? ": does not fit" : "");
 }
 
+// Fulcrum's plan and the baselines at one least tensor parallelism (MultitaskInputs::min_tp), each run by the
+// simulator with the least recomputation of the transformer blocks (none, selective, full) that fits in memory
+// (full when none does).
+struct Arrangements {
+  int min_tp = 1;
+  MultitaskPlan plan;
+  Timed planned, sequential, per_task, task_greedy;
+  // The planner picks among its own arrangements by its estimate; the simulator has run every arrangement, and
+  // a user should never be handed one slower than another it has already run: the fastest is kept.
+  const Timed& kept() const {
+    const Timed* best = &planned;
+    for (const Timed* t : {&task_greedy, &per_task, &sequential}) {
+      if (runs_better(*t, *best)) best = t;
+    }
+    return *best;
+  }
+};
+
+Arrangements arrange(const MultitaskInputs& in, bool timeline) {
+  Arrangements a;
+  a.min_tp = in.min_tp;
+  a.plan = plan_multitask(in);
+  const MultitaskPlan& plan = a.plan;
+  auto run_waves = [&](std::string name, const BaselineTimes& estimate, std::vector<PlannedWave> waves) {
+    SimOptions options;
+    options.dtype = in.dtype;
+    options.timeline = timeline;
+    Timed t{std::move(name), std::move(waves), estimate, {}, Recompute::kNone, {}};
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      t.recompute = r;
+      t.schedule = waves_schedule(in, plan.graph, t.waves, r);
+      validate(t.schedule, "multitask schedule");
+      t.simulated = simulate(t.schedule, in.graph->model, *in.cluster, *in.cost, in.efficiency, MicroBatchLoads{},
+                             options);
+      if (!t.simulated.oom) break;
+    }
+    return t;
+  };
+  const BaselineTimes estimate{.makespan_seconds = plan.makespan_seconds,
+                               .compute_seconds = plan.compute_seconds,
+                               .transfer_seconds = plan.transfer_seconds,
+                               .gradient_sync_seconds = plan.gradient_sync_seconds,
+                               .iteration_seconds = plan.iteration_seconds};
+  a.planned = run_waves(plan.arrangement, estimate, plan.waves);
+  // Each baseline's waves made once, estimated and simulated.
+  auto baseline = [&](const char* name, std::vector<PlannedWave> waves) {
+    const BaselineTimes e = estimate_waves(in, plan.graph, waves);
+    return run_waves(name, e, std::move(waves));
+  };
+  a.sequential = baseline("sequential", sequential_waves(in, plan));
+  a.per_task = baseline("per-task", per_task_waves(in, plan));
+  a.task_greedy = baseline("task-greedy", task_greedy_waves(in, plan));
+  return a;
+}
+
 void run(const MultitaskOptions& o) {
   if (!o.load_schedule.empty() && (!o.save_schedule.empty() || !o.report.empty() || o.schedule_of != "plan")) {
     throw InputError("--load-schedule times the given schedule: --save-schedule, --schedule-of and --report plan one");
@@ -176,50 +231,31 @@ void run(const MultitaskOptions& o) {
     simulate_loaded(o, graph, cluster, cost, profile ? &*profile : nullptr, in.efficiency, dtype);
     return;
   }
-  const MultitaskPlan plan = plan_multitask(in);
-  // Every arrangement as a schedule run by the simulator, with the least recomputation of the transformer blocks
-  // (none, selective, full) that fits in memory (full when none does); the plan's timeline kept for --trace.
-  auto run_waves = [&](std::string name, const BaselineTimes& estimate, std::vector<PlannedWave> waves,
-                       bool timeline) {
-    SimOptions options;
-    options.dtype = in.dtype;
-    options.timeline = timeline;
-    Timed t{std::move(name), std::move(waves), estimate, {}, Recompute::kNone, {}};
-    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-      t.recompute = r;
-      t.schedule = waves_schedule(in, plan.graph, t.waves, r);
-      validate(t.schedule, "multitask schedule");
-      t.simulated = simulate(t.schedule, graph.model, cluster, cost, in.efficiency, MicroBatchLoads{}, options);
-      if (!t.simulated.oom) break;
-    }
-    return t;
-  };
-  const BaselineTimes planned{.makespan_seconds = plan.makespan_seconds,
-                              .compute_seconds = plan.compute_seconds,
-                              .transfer_seconds = plan.transfer_seconds,
-                              .gradient_sync_seconds = plan.gradient_sync_seconds,
-                              .iteration_seconds = plan.iteration_seconds};
+  // Every arrangement with transformer blocks split as the curves find fastest; when none of them fits in memory,
+  // again with their copies split at least 2, 4, ... ways by tensor parallelism (up to a node), as one raises
+  // Megatron-LM's tensor parallelism for a model too large for its devices. The first that fits is kept.
   const bool timeline = !o.trace.empty() || !o.report.empty();
-  const Timed planned_waves = run_waves(plan.arrangement, planned, plan.waves, timeline);
-  // Each baseline's waves made once, estimated and simulated.
-  auto baseline = [&](const char* name, std::vector<PlannedWave> waves) {
-    const BaselineTimes estimate = estimate_waves(in, plan.graph, waves);
-    return run_waves(name, estimate, std::move(waves), timeline);
-  };
-  const Timed sequential = baseline("sequential", sequential_waves(in, plan));
-  const Timed per_task = baseline("per-task", per_task_waves(in, plan));
-  const Timed task_greedy = baseline("task-greedy", task_greedy_waves(in, plan));
-  // The planner picks among its own arrangements by its estimate; the simulator has run every arrangement, and
-  // a user should never be handed one slower than another it has already run: the fastest is kept.
-  const Timed* kept = &planned_waves;
-  for (const Timed* t : {&task_greedy, &per_task, &sequential}) {
-    if (runs_better(*t, *kept)) kept = t;
+  std::optional<Arrangements> planned;
+  double planner_seconds = 0;
+  for (int min_tp = 1;; min_tp *= 2) {
+    in.min_tp = min_tp;
+    Arrangements a = arrange(in, timeline);
+    planner_seconds += a.plan.planner_seconds;
+    const bool fits = !a.kept().simulated.oom;
+    if (!planned || runs_better(a.kept(), planned->kept())) planned = std::move(a);
+    if (fits || 2 * min_tp > cluster.device.devices_per_node) break;
   }
-  const Timed& chosen = *kept;
+  const MultitaskPlan& plan = planned->plan;
+  const Timed& planned_waves = planned->planned;
+  const Timed& sequential = planned->sequential;
+  const Timed& per_task = planned->per_task;
+  const Timed& task_greedy = planned->task_greedy;
+  const Timed& chosen = planned->kept();
+  in.min_tp = planned->min_tp;
   const SimResult& simulated = chosen.simulated;
   const Schedule& schedule = chosen.schedule;
   const std::vector<SyncGroup> sync_groups =
-      kept == &planned_waves ? plan.sync_groups : sync_groups_of(in, plan.graph, chosen.waves);
+      &chosen == &planned_waves ? plan.sync_groups : sync_groups_of(in, plan.graph, chosen.waves);
   const double iteration = simulated.iteration_seconds;
   const double speedup = iteration > 0 ? sequential.simulated.iteration_seconds / iteration : 0;
   if (profile) {
@@ -243,8 +279,9 @@ void run(const MultitaskOptions& o) {
         {"tasks", fmt::format("{}: {} tasks, {} operators in {} MetaOps over {} levels", graph.name,
                               graph.tasks.size(), plan.graph.operators, plan.graph.ops.size(), plan.levels.size())},
         {"cluster", fmt::format("{}: {} × {}", o.cluster, cluster.devices, cluster.device.kind)},
-        {"arrangement", fmt::format("{}, {} waves, recomputation {}", chosen.name, chosen.waves.size(),
-                                    recompute_label(chosen.recompute))},
+        {"arrangement", fmt::format("{}, {} waves, recomputation {}, tensor parallelism of copied blocks at least {}",
+                                    chosen.name, chosen.waves.size(), recompute_label(chosen.recompute),
+                                    planned->min_tp)},
         {"iteration", fmt::format("{} simulated (the planner's estimate {})", human_seconds(iteration),
                                   human_seconds(chosen.estimate.iteration_seconds))},
         {"wavefront makespan", fmt::format("{}, its relaxation bound {} ({:+.1f}%)",
@@ -328,7 +365,8 @@ void run(const MultitaskOptions& o) {
                      {"per_task", timed_json(per_task)},
                      {"task_greedy", timed_json(task_greedy)}}},
                    {"speedup_vs_sequential", speedup},
-                   {"timing", {{"planner_seconds", plan.planner_seconds}}}};
+                   {"min_tp", planned->min_tp},
+                   {"timing", {{"planner_seconds", planner_seconds}}}};
     std::cout << out.dump(2) << "\n";
     return;
   }
@@ -351,7 +389,11 @@ void run(const MultitaskOptions& o) {
     std::cout << fmt::format("  {:<12} iteration {:.3f} s: {:.2f}× slower{}\n", name, b.simulated.iteration_seconds,
                              b.simulated.iteration_seconds / iteration, b.simulated.oom ? " (does not fit)" : "");
   }
-  std::cout << fmt::format("  planned in {:.3f} s\n", plan.planner_seconds);
+  if (planned->min_tp > 1) {
+    std::cout << fmt::format("  transformer blocks split at least {} ways by tensor parallelism to fit in memory\n",
+                             planned->min_tp);
+  }
+  std::cout << fmt::format("  planned in {:.3f} s\n", planner_seconds);
 }
 
 }  // namespace

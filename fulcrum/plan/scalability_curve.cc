@@ -136,13 +136,20 @@ ScalabilityCurve metaop_curve(const MetaOp& op, const ComponentSpec& component, 
     if (component.trainable) s += backward_cost(cost, w).seconds;
     return s * static_cast<double>(op.micro_batches);
   };
+  // Tensor parallelism splits whole heads (and key/value heads, or replicates them); other layers run whole.
+  auto splits_heads = [&](int tp) {
+    return tp == 1 || (heads > 0 && heads % tp == 0 && (kv_heads % tp == 0 || tp % kv_heads == 0));
+  };
+  int floor_tp = 1;  // the largest valid degree dividing options.min_tp
+  for (int tp = 2; tp <= std::min(options.min_tp, per_node); ++tp) {
+    if (options.min_tp % tp == 0 && splits_heads(tp)) floor_tp = tp;
+  }
   // Only (dp, tp) pairs with dp dividing the sequences and tp dividing the heads are valid: enumerate those.
   std::map<int, CurvePoint> fastest;
   for (int dp = 1; dp <= max_devices && dp <= op.sequences; ++dp) {
     if (op.sequences % dp != 0) continue;
-    for (int tp = 1; tp <= per_node && dp * tp <= max_devices; ++tp) {
-      // Tensor parallelism splits whole heads (and key/value heads, or replicates them); other layers run whole.
-      if (tp > 1 && (heads == 0 || heads % tp != 0 || (kv_heads % tp != 0 && tp % kv_heads != 0))) continue;
+    for (int tp = dp > 1 ? floor_tp : 1; tp <= per_node && dp * tp <= max_devices; ++tp) {
+      if (!splits_heads(tp)) continue;
       const double sync = sync_on(dp, tp);
       const CurvePoint p{dp * tp, compute_on(dp, tp) + sync, dp, tp, sync};
       auto [it, added] = fastest.emplace(p.devices, p);

@@ -72,6 +72,12 @@ struct CurveOptions {
   // MetaOps whose operators use the same parameters (a shared component's layer in several tasks): the
   // all-reduce of those parameters is done once for all of them, so each carries this share of it.
   int sharers = 1;
+  // The least tensor parallelism a transformer block's copies are split by: data parallelism runs only over
+  // shards of at least this many devices (or of the largest valid degree dividing it, when it does not divide
+  // the heads or exceeds a node); fewer devices than that run it by tensor parallelism alone. 1: any split.
+  // Raised until a plan's parameters and gradients fit in memory, as one raises Megatron-LM's
+  // --tensor-model-parallel-size for a model too large for its devices.
+  int min_tp = 1;
 };
 
 // T_m(n) from the cost model for n up to `max_devices`: every (dp, tp) split, the fastest kept for each n.

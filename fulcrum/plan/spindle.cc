@@ -44,6 +44,7 @@ std::vector<ScalabilityCurve> curves_of(const MultitaskInputs& in, const MetaGra
     CurveOptions options;
     options.dtype = in.dtype;
     options.efficiency = in.efficiency;
+    options.min_tp = in.min_tp;
     options.sharers = 0;  // the MetaOps running this one's first layer, itself included
     for (const MetaOp& o : g.ops) {
       options.sharers += o.component == op.component && o.first_layer <= op.first_layer &&

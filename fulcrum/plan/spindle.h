@@ -31,6 +31,8 @@ struct MultitaskInputs {
   // The optimizer state the schedules keep: sharded over each layer's replicas (ZeRO-1, as DeepSpeed runs such
   // models) or whole on every device that holds the layer (ZeRO-0, a plain optimizer per device).
   StateSharding state_sharding = StateSharding::kZero1;
+  // The least tensor parallelism of transformer blocks copied over several devices (CurveOptions::min_tp).
+  int min_tp = 1;
 };
 
 // A wave's slice on the cluster, with the MetaOp it belongs to.
