@@ -13,6 +13,7 @@
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/collective_cost.h"
 #include "fulcrum/cost/dtype.h"
+#include "fulcrum/plan/configuration_program.h"
 
 namespace fulcrum {
 namespace {
@@ -91,6 +92,11 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
           if (waves.empty() || end_of(packed) < end_of(waves) * (1 - 1e-12)) waves = std::move(packed);
         }
       }
+      // The linear program over device configurations, where its whole operators end sooner: the exact
+      // packing when operators split freely, which the bi-point parts cannot reach where counts between the
+      // envelope's points are not valid.
+      std::vector<Wave> program = configuration_program(ops, devices, now).waves;
+      if (!program.empty() && end_of(program) < end_of(waves) * (1 - 1e-12)) waves = std::move(program);
     }
     // The level's MetaOps one after another, each on all the devices it can use: exact for curves that scale
     // linearly, where the discretised waves lose to it. Kept when faster.

@@ -2,62 +2,24 @@
 
 #include <gtest/gtest.h>
 
-#include <set>
-
 #include "fulcrum/core/rng.h"
+#include "fulcrum/plan/test_levels.h"
 
 namespace fulcrum {
 namespace {
-
-// A curve on the valid counts 1, 2, 4, 8, … up to `devices`, scaling with efficiency `e` per doubling.
-ScalabilityCurve doubling(double t1, double e, int devices) {
-  std::vector<CurvePoint> points{{1, t1, 1, 1}};
-  for (int n = 2; n <= devices; n *= 2) points.push_back({n, points.back().seconds / (2 * e), n, 1});
-  return ScalabilityCurve(points);
-}
 
 // Every wave fits the devices and keeps its slices apart; every op's operators run once, in order, one slice of
 // an op per wave; waves follow each other; the number of waves is at most the number of parts.
 TEST(Wavefront, EveryWaveRespectsCapacityAndEveryOperatorRunsOnce) {
   Rng rng(5);
   for (int trial = 0; trial < 200; ++trial) {
-    const int devices = 1 << rng.below(6);
-    const int count = 1 + static_cast<int>(rng.below(7));
-    std::vector<ScalabilityCurve> curves;
-    for (int m = 0; m < count; ++m) {
-      curves.push_back(doubling(0.01 + 0.001 * static_cast<double>(rng.below(200)),
-                                0.55 + 0.45 * static_cast<double>(rng.below(1000)) / 1000.0, devices));
-    }
-    std::vector<LevelOp> ops;
-    for (int m = 0; m < count; ++m) ops.push_back({&curves[m], 1 + static_cast<int64_t>(rng.below(50))});
-    const std::vector<LevelPart> parts = bipoint(ops, relax_level(ops, devices));
-    const double start = 0.25;
+    const RandomLevel level = random_level(rng, 6, 7);
+    const std::vector<LevelPart> parts = bipoint(level.ops, relax_level(level.ops, level.devices));
     const PartThatFitsNone mode = trial % 2 == 0 ? PartThatFitsNone::kRunOne : PartThatFitsNone::kLeave;
     const WaveLength length = trial % 4 < 2 ? WaveLength::kShortestPart : WaveLength::kBusiestWave;
-    const std::vector<Wave> waves = wavefront(ops, parts, devices, start, mode, length);
+    const std::vector<Wave> waves = wavefront(level.ops, parts, level.devices, 0.25, mode, length);
     ASSERT_LE(waves.size(), parts.size()) << "trial " << trial;
-    std::vector<int64_t> next(count, 0);
-    double at = start;
-    for (const Wave& w : waves) {
-      EXPECT_DOUBLE_EQ(w.start_seconds, at);
-      int used = 0;
-      std::set<int> ops_in_wave;
-      double longest = 0;
-      for (const WaveSlice& s : w.slices) {
-        used += s.devices;
-        EXPECT_TRUE(ops_in_wave.insert(s.op).second) << "two slices of one op in a wave";
-        EXPECT_NE(curves[s.op].at(s.devices), nullptr) << "a slice on an invalid count";
-        EXPECT_EQ(s.first_layer, next[s.op]) << "operators out of order";
-        EXPECT_GE(s.layers, 1);
-        EXPECT_NEAR(s.seconds, static_cast<double>(s.layers) * curves[s.op].at(s.devices)->seconds, 1e-12);
-        next[s.op] += s.layers;
-        longest = std::max(longest, s.seconds);
-      }
-      EXPECT_LE(used, devices) << "trial " << trial;
-      EXPECT_DOUBLE_EQ(w.seconds, longest);
-      at += w.seconds;
-    }
-    for (int m = 0; m < count; ++m) EXPECT_EQ(next[m], ops[m].layers) << "trial " << trial << " op " << m;
+    expect_valid_waves(level, waves, 0.25, "trial " + std::to_string(trial));
   }
 }
 
@@ -65,8 +27,8 @@ TEST(Wavefront, EveryWaveRespectsCapacityAndEveryOperatorRunsOnce) {
 // wave to its operator's length; left out, the wave is its partner's and it runs next on all the devices.
 // Linear curves: op 0 takes 0.1 s an operator on 4 devices, op 1 1.0 s on 4 and 0.5 s on 8.
 TEST(Wavefront, APartThatFitsNoOperatorRunsOneOrLeaves) {
-  const ScalabilityCurve light = doubling(0.4, 1.0, 8);
-  const ScalabilityCurve heavy = doubling(4.0, 1.0, 8);
+  const ScalabilityCurve light = doubling_curve(0.4, 1.0, 8);
+  const ScalabilityCurve heavy = doubling_curve(4.0, 1.0, 8);
   const std::vector<LevelOp> ops{{&light, 1}, {&heavy, 3}};
   const std::vector<LevelPart> parts{{0, 4, 1}, {1, 4, 3}};
   auto end = [](const std::vector<Wave>& w) { return w.back().start_seconds + w.back().seconds; };
@@ -89,8 +51,8 @@ TEST(Wavefront, APartThatFitsNoOperatorRunsOneOrLeaves) {
 // 0.4 + 12 of 24 (0.517): one wave of 3.0 s. Running op 1's part anyway, a wave of 0.1 s stretches to 1.0 s
 // (0.4 + 4 of 8, 0.55) and beats 3.0 s: the shortest part's wave, as Spindle's alignment makes it.
 TEST(Wavefront, TheBusiestWaveTakesThePartThatKeepsTheDevicesBusiest) {
-  const ScalabilityCurve light = doubling(0.4, 1.0, 8);
-  const ScalabilityCurve heavy = doubling(4.0, 1.0, 8);
+  const ScalabilityCurve light = doubling_curve(0.4, 1.0, 8);
+  const ScalabilityCurve heavy = doubling_curve(4.0, 1.0, 8);
   const std::vector<LevelOp> ops{{&light, 1}, {&heavy, 3}};
   const std::vector<LevelPart> parts{{0, 4, 1}, {1, 4, 3}};
   const std::vector<Wave> leave = wavefront(ops, parts, 8, 0, PartThatFitsNone::kLeave, WaveLength::kBusiestWave);
@@ -107,7 +69,7 @@ TEST(Wavefront, TheBusiestWaveTakesThePartThatKeepsTheDevicesBusiest) {
 
 // Two ops that each want half the devices share every wave: the level takes its relaxed makespan.
 TEST(Wavefront, TwoEqualOpsShareTheDevices) {
-  const ScalabilityCurve c = doubling(1.0, 1.0, 8);  // linear: T(4) = 0.25
+  const ScalabilityCurve c = doubling_curve(1.0, 1.0, 8);  // linear: T(4) = 0.25
   const std::vector<LevelOp> ops{{&c, 10}, {&c, 10}};
   const Relaxation r = relax_level(ops, 8);
   EXPECT_NEAR(r.makespan_seconds, 2.5, 1e-9);
@@ -122,7 +84,7 @@ TEST(Wavefront, TwoEqualOpsShareTheDevices) {
 // Devices left idle by the proposal go to the op with the most time left (the extend step): one op alone on
 // a level whose bi-point part uses 2 of 4 devices runs on 4.
 TEST(Wavefront, IdleDevicesExtendTheLongestOp) {
-  const ScalabilityCurve c = doubling(1.0, 0.9, 4);
+  const ScalabilityCurve c = doubling_curve(1.0, 0.9, 4);
   const std::vector<LevelOp> ops{{&c, 6}};
   const std::vector<LevelPart> parts{{0, 2, 6}};
   const std::vector<Wave> waves = wavefront(ops, parts, 4, 0);
