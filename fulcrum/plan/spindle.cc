@@ -300,6 +300,9 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
     if (!c.trainable) continue;
     std::sort(h.ids.begin(), h.ids.end());
     h.ids.erase(std::unique(h.ids.begin(), h.ids.end()), h.ids.end());
+    // Slices on overlapping device sets can leave a union that is not whole copies of their split (two slices of
+    // 600 devices split 6 ways, 304 of them shared: 896): the shards coarsen until the group holds whole copies.
+    h.tp = std::gcd(h.tp, static_cast<int>(h.ids.size()));
     // A device holding the layer in a slice split more ways than h.tp holds part of the group's shard; the
     // estimate all-reduces whole shards (an upper bound on the bytes).
     SyncGroup& group = pools[{-h.first_wave, h.tp, h.ids}];

@@ -138,6 +138,42 @@ TEST(Spindle, TaskGreedyRunsRoundsWhenTasksOutnumberDevices) {
   EXPECT_EQ(base.task_greedy.gradient_sync_seconds, 0);  // one device holds everything
 }
 
+// Both tasks' image MetaOps use the vision tower's layers: slices of them split 4 ways on devices 0-7 and 2-9
+// leave a union of 10 devices, not whole copies of a 4-way split. The sync group coarsens its shards to halves
+// (gcd of 4 and 10), which every one of the 10 holds, so the schedule's sync groups validate (on 1,024 GPUs
+// Multitask-CLIP's towers met this with slices split 6 ways over 896 devices).
+TEST(Spindle, SyncGroupsHoldWholeCopiesOfTheirShards) {
+  const TaskGraph graph = two_tasks();
+  const ClusterSpec cluster = cluster_preset("a800:16");
+  const AnalyticCost cost(cluster);
+  MultitaskInputs in{&graph, &cluster, &cost, cost.efficiency()};
+  const MetaGraph g = contract(graph);
+  std::vector<PlannedWave> waves;
+  int first_device = 0;
+  for (size_t m = 0; m < g.ops.size(); ++m) {
+    if (graph.model.components[g.ops[m].component].name != "vision" || g.ops[m].layers != 4) continue;
+    PlannedWave w;
+    PlacedSlice s;
+    s.metaop = static_cast<int>(m);
+    s.devices = 8;
+    s.layers = 4;
+    s.dp = 2;
+    s.tp = 4;
+    for (int d = first_device; d < first_device + 8; ++d) s.device_ids.push_back(d);
+    first_device += 2;
+    w.slices.push_back(s);
+    waves.push_back(w);
+  }
+  ASSERT_EQ(waves.size(), 2u) << "both tasks' image MetaOps";
+  const std::vector<SyncGroup> groups = sync_groups_of(in, g, waves);
+  ASSERT_FALSE(groups.empty());
+  for (const SyncGroup& group : groups) {
+    EXPECT_EQ(group.device_ids.size(), 10u);
+    EXPECT_EQ(group.tp, 2);
+    EXPECT_EQ(group.device_ids.size() % group.tp, 0u);
+  }
+}
+
 TEST(Spindle, RefusesMissingInputs) {
   EXPECT_THROW(plan_multitask({}), InputError);
 }
