@@ -92,6 +92,15 @@ TEST(TaskGraph, PresetsHaveThePapersShapes) {
   EXPECT_NEAR(static_cast<double>(qwen.model.parameters()) / 1e9, 10.1, 0.2);
   EXPECT_NEAR(static_cast<double>(task_graph_preset("qwen-val-30b").model.parameters()) / 1e9, 35.0, 1.5);
   EXPECT_NEAR(static_cast<double>(task_graph_preset("qwen-val-70b").model.parameters()) / 1e9, 74.8, 1.5);
+  const TaskGraph ofasys7 = task_graph_preset("ofasys-7");
+  EXPECT_EQ(ofasys7.tasks.size(), 7u);
+  // text, vision, audio, motion, encoder, decoder: six modalities' inputs (box and structure enter as text).
+  EXPECT_EQ(ofasys7.model.components.size(), 6u);
+  // OFASys' `large` architecture and its adaptors: 0.47B against the paper's 0.66B (the notes say why).
+  EXPECT_NEAR(static_cast<double>(ofasys7.model.parameters()) / 1e9, 0.47, 0.02);
+  const TaskGraph ofasys4 = task_graph_preset("ofasys-4");
+  EXPECT_EQ(ofasys4.tasks.size(), 4u);
+  EXPECT_EQ(ofasys4.model.components.size(), 5u);  // no motion adaptor
   for (const std::string& name : task_graph_preset_names()) {
     const TaskGraph g = task_graph_preset(name);
     for (const Task& t : g.tasks) EXPECT_NO_THROW(topological_order(t)) << name;

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <tuple>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/model/model_builders.h"
@@ -110,6 +111,150 @@ TaskGraph multitask_clip(const std::string& name, int tasks) {
   return g;
 }
 
+// OFASys (Table 1b: 0.66B parameters, 6 modalities — text, vision, audio, motion, box, structure — 7 tasks, an
+// encoder-decoder LM). The paper names neither the architecture nor the tasks beyond examples (captioning,
+// grounding, ASR, text-to-SQL). Shapes from the OFASys repository (OFA-Sys/OFASys):
+//   encoder, decoder  its `large` architecture (ofasys/model/ofa.py), the largest below the paper's count: 12 + 12
+//             pre-norm blocks of width 1024, 16 heads, GELU MLP 4096. A decoder block's cross-attention (query
+//             and output projections on the target, key and value on the source: 4 × 1024² more parameters) is
+//             taken as 2 × 1024 more MLP width (6144), which carries its parameters and, for sources as long as
+//             targets, its FLOPs; attention over the source is left out
+//   text      the shared embedding of GPT-2's 50,257 BPE tokens, a mask token, 1,000 location bins and 8,192 image
+//             codes (59,450 rows, width 1024); boxes (4 location tokens) and structures (tables and databases
+//             linearised, ofasys/preprocessor/default/struct.py) enter through it; the LM head is tied to it
+//   vision    a ResNet-152 cut after stage 3 (stride 16, 1,024 channels) and a linear to the width, on 480-px
+//             images → 30 × 30 = 900 tokens (512-px grounding images → 1,024). Taken as a patch embedding of
+//             16 × 16 × 3 pixels with 900 learned positions and a chain of 36 MLPs 1024 → 720 → 1024, one per
+//             bottleneck of stage 3, whose FLOPs together match the three stages' (about 95 GFLOPs an image at
+//             480 px; their 53M parameters against the ResNet's ~27M)
+//   audio     80 fbank bins a 10 ms frame, subsampled 4× by a convolution stem (Conv2dSubsampling4), taken as a
+//             patch embedding of 4 frames × 80 bins (the stem's channel count is not given: its compute is left
+//             out); 12 s of speech → 300 tokens
+//   motion    the 6D-rotation adaptor: each frame's 6 + 6 × joints values zero-padded to 512, a two-layer MLP to
+//             the width (ofasys/adaptor/motion_6d.py); HumanML3D clips of 196 frames (9.8 s at 20 fps)
+// Together 0.47B parameters against the paper's 0.66B (OFA-Large's 0.47B; the paper does not say what it counts).
+// Tasks (a choice; the first four are the paper's examples, so ofasys-4 is tasks 1–4), lengths in tokens:
+//   1 captioning       image (900) + prompt (8) → encoder 908 → decoder 30 (OFASys' max_tgt_length)
+//   2 grounding        512-px image (1,024) + referring text (20) → 1,044 → 5 (a box and end of sequence)
+//   3 asr              12 s of speech (300) + prompt (8) → 308 → 40
+//   4 text-to-sql      a database (512, the README's Spider example allows 876) + question (30) → 542 → 64
+//   5 text-to-motion   text (30) → 30 → a clip of 196 frames through the motion adaptor into the decoder
+//   6 grounded-caption image (900) + a box (4) + prompt (8) → 912 → 30
+//   7 vqa              image (900) + question (20) → 920 → 5
+// Every task trains 256 samples an iteration, as multitask-clip's.
+TaskGraph ofasys(const std::string& name, int tasks) {
+  constexpr int64_t kWidth = 1024, kHeads = 16, kVocab = 50257 + 1 + 1000 + 8192;
+  TaskGraph g;
+  g.name = name;
+  g.model.name = "ofasys-large";
+  auto block = [&](int64_t ffn) {
+    LayerSpec b;
+    b.kind = LayerKind::kTransformerBlock;
+    b.hidden = kWidth;
+    b.ffn = ffn;
+    b.heads = kHeads;
+    b.kv_heads = kHeads;
+    b.head_dim = kWidth / kHeads;
+    b.qkv_bias = true;
+    b.linear_bias = true;
+    return b;
+  };
+  auto layer = [](LayerKind kind) {
+    LayerSpec l;
+    l.kind = kind;
+    l.hidden = kWidth;
+    return l;
+  };
+  auto component = [&](const std::string& n, ComponentRole role, std::vector<LayerSpec> layers) {
+    ComponentSpec c;
+    c.name = n;
+    c.role = role;
+    c.layers = std::move(layers);
+    g.model.components.push_back(std::move(c));
+    return static_cast<int>(g.model.components.size()) - 1;
+  };
+  LayerSpec embedding = layer(LayerKind::kTokenEmbedding);
+  embedding.vocab = kVocab;
+  const int text = component("text", ComponentRole::kEncoder, {embedding});
+  LayerSpec stem = layer(LayerKind::kPatchEmbedding);
+  stem.in_features = 3 * 16 * 16;
+  stem.positions = 900;
+  LayerSpec bottleneck = layer(LayerKind::kProjector);
+  bottleneck.in_features = kWidth;
+  bottleneck.ffn = 720;
+  bottleneck.linear_bias = true;
+  std::vector<LayerSpec> vision_layers{stem};
+  vision_layers.insert(vision_layers.end(), 36, bottleneck);
+  const int vision = component("vision", ComponentRole::kEncoder, std::move(vision_layers));
+  LayerSpec fbank = layer(LayerKind::kPatchEmbedding);
+  fbank.in_features = 4 * 80;
+  const int audio = component("audio", ComponentRole::kEncoder, {fbank});
+  LayerSpec motion_mlp = layer(LayerKind::kProjector);
+  motion_mlp.in_features = 512;
+  motion_mlp.ffn = kWidth;
+  motion_mlp.linear_bias = true;
+  const int motion = component("motion", ComponentRole::kEncoder, {motion_mlp});
+  std::vector<LayerSpec> encoder_layers(12, block(4 * kWidth));
+  encoder_layers.push_back(layer(LayerKind::kFinalNorm));
+  const int encoder = component("encoder", ComponentRole::kEncoder, std::move(encoder_layers));
+  std::vector<LayerSpec> decoder_layers(12, block(4 * kWidth + 2 * kWidth));
+  decoder_layers.push_back(layer(LayerKind::kFinalNorm));
+  LayerSpec head = layer(LayerKind::kLmHead);
+  head.vocab = kVocab;
+  head.tied_to_embedding = true;
+  decoder_layers.push_back(head);
+  const int decoder = component("decoder", ComponentRole::kLlm, std::move(decoder_layers));
+  // One task: its input nodes (name, component, tokens), the encoder over all of them, the decoder on `target`
+  // tokens (and, for a motion target, the motion adaptor's frames).
+  auto task = [&](const char* n, std::vector<std::tuple<const char*, int, int64_t>> inputs, int64_t target,
+                  int64_t motion_frames = 0) {
+    Task t{n, 256, 1, {}};
+    int64_t source = 0;
+    std::vector<int> into_encoder;
+    for (const auto& [node, c, tokens] : inputs) {
+      t.nodes.push_back({node, c, tokens, 1, {}});
+      into_encoder.push_back(static_cast<int>(t.nodes.size()) - 1);
+      source += tokens;
+    }
+    t.nodes.push_back({"encoder", encoder, source, 1, into_encoder});
+    std::vector<int> into_decoder{static_cast<int>(t.nodes.size()) - 1};
+    if (motion_frames > 0) {
+      t.nodes.push_back({"motion", motion, motion_frames, 1, {}});
+      into_decoder.push_back(static_cast<int>(t.nodes.size()) - 1);
+    }
+    t.nodes.push_back({"decoder", decoder, motion_frames > 0 ? motion_frames : target, 1, into_decoder});
+    return t;
+  };
+  const std::vector<Task> all{
+      task("captioning", {{"image", vision, 900}, {"prompt", text, 8}}, 30),
+      task("grounding", {{"image", vision, 1024}, {"text", text, 20}}, 5),
+      task("asr", {{"speech", audio, 300}, {"prompt", text, 8}}, 40),
+      task("text-to-sql", {{"database-and-question", text, 512 + 30}}, 64),
+      task("text-to-motion", {{"text", text, 30}}, 0, 196),
+      task("grounded-caption", {{"image", vision, 900}, {"box-and-prompt", text, 4 + 8}}, 30),
+      task("vqa", {{"image", vision, 900}, {"question", text, 20}}, 5),
+  };
+  g.tasks.assign(all.begin(), all.begin() + tasks);
+  // Only the components the chosen tasks run.
+  std::vector<bool> used(g.model.components.size(), false);
+  for (const Task& t : g.tasks) {
+    for (const TaskNode& n : t.nodes) used[n.component] = true;
+  }
+  std::vector<int> index(g.model.components.size(), -1);
+  ModelSpec kept;
+  kept.name = g.model.name;
+  for (size_t c = 0; c < g.model.components.size(); ++c) {
+    if (!used[c]) continue;
+    index[c] = static_cast<int>(kept.components.size());
+    kept.components.push_back(g.model.components[c]);
+  }
+  for (Task& t : g.tasks) {
+    for (TaskNode& n : t.nodes) n.component = index[n.component];
+  }
+  g.model = std::move(kept);
+  return g;
+}
+
 // QWen-VAL (Table 1b: 9.25B parameters; the QWen-VL and QWen-Audio encoders feeding the QWen LLM; vision-language,
 // audio-language and vision-audio-language tasks). Shapes from the released models:
 //   vision    QWen-VL's ViT-bigG/14 (Bai et al., 2023): 48 blocks, width 1664, 16 heads, MLP 8192, 448-px
@@ -182,6 +327,8 @@ const std::vector<std::pair<std::string, Builder>>& presets() {
       {"multitask-clip-10", [](const std::string& n) { return multitask_clip(n, 10); }},
       {"multitask-clip-7", [](const std::string& n) { return multitask_clip(n, 7); }},
       {"multitask-clip-4", [](const std::string& n) { return multitask_clip(n, 4); }},
+      {"ofasys-7", [](const std::string& n) { return ofasys(n, 7); }},
+      {"ofasys-4", [](const std::string& n) { return ofasys(n, 4); }},
       {"qwen-val", [](const std::string& n) { return qwen_val(n, qwen(32, 4096, 32, 0, 11008, 151936), 1); }},
       {"qwen-val-30b", [](const std::string& n) { return qwen_val(n, qwen(64, 5120, 40, 8, 27392, 152064), 8); }},
       {"qwen-val-70b", [](const std::string& n) { return qwen_val(n, qwen(80, 8192, 64, 0, 24576, 152064), 8); }},
