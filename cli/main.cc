@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
   } catch (const fulcrum::InputError& e) {
     std::cerr << fmt::format("fulcrum: error: {}\n", e.what());
     return 2;
+  } catch (const fulcrum::InternalError& e) {
+    std::cerr << fmt::format("fulcrum: internal error: {} (the inputs passed their checks: a fault in fulcrum)\n",
+                             e.what());
+    return 3;
   } catch (const std::bad_alloc&) {
     std::cerr << "fulcrum: error: out of memory\n";
     return 1;

@@ -177,7 +177,7 @@ Arrangements arrange(const MultitaskInputs& in, bool timeline) {
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
       t.recompute = r;
       t.schedule = waves_schedule(in, plan.graph, t.waves, r);
-      validate(t.schedule, "multitask schedule");
+      validate_planned(t.schedule, fmt::format("the {} arrangement's schedule", t.name));
       t.simulated = simulate(t.schedule, in.graph->model, *in.cluster, *in.cost, in.efficiency, MicroBatchLoads{},
                              options);
       if (!t.simulated.oom) break;

@@ -13,6 +13,14 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A fault of Fulcrum's own, found by a check on something it made from inputs that passed theirs (a planned
+// schedule that fails validation). The command line prints it as an internal error and exits with status 3, so
+// that a script can tell it from bad input.
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_CORE_ERROR_H_

@@ -666,4 +666,12 @@ void validate(const Schedule& schedule, const std::string& where) {
   Validator(schedule, where).run();
 }
 
+void validate_planned(const Schedule& schedule, const std::string& where) {
+  try {
+    validate(schedule, where);
+  } catch (const InputError& e) {
+    throw InternalError(e.what());
+  }
+}
+
 }  // namespace fulcrum

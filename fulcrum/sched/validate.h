@@ -23,6 +23,10 @@ namespace fulcrum {
 // Linear in the number of instructions. A schedule with a multitask section is checked by validate_multitask.
 void validate(const Schedule& schedule, const std::string& where = "schedule");
 
+// validate() for a schedule Fulcrum planned itself from inputs that passed their checks: a fault there is
+// Fulcrum's, not the input's, so it throws InternalError (the same one line) instead of InputError.
+void validate_planned(const Schedule& schedule, const std::string& where);
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_SCHED_VALIDATE_H_

@@ -71,6 +71,23 @@ TEST(Validate, RejectsAMissingBackward) {
   EXPECT_THAT(error_of(s), HasSubstr("plan.json: rank 0: stage 0 has no backward of micro-batch 3"));
 }
 
+// A schedule Fulcrum planned itself that fails validation is Fulcrum's fault, not the input's: the same line, as
+// an InternalError (exit status 3 on the command line) rather than an InputError (2).
+TEST(Validate, APlannedScheduleThatFailsIsAnInternalError) {
+  Schedule s = schedule(PipelineKind::kOneFOneB, 2, 1, 4);
+  EXPECT_NO_THROW(validate_planned(s, "the plan's schedule"));
+  auto& p = s.programs[0].instructions;
+  p.erase(p.begin() + static_cast<std::ptrdiff_t>(find(s, 0, OpKind::kBackward, 3)));
+  try {
+    validate_planned(s, "the plan's schedule");
+    ADD_FAILURE() << "accepted";
+  } catch (const InternalError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the plan's schedule: rank 0: stage 0 has no backward of micro-batch 3"));
+  } catch (const InputError&) {
+    ADD_FAILURE() << "reported as bad input";
+  }
+}
+
 TEST(Validate, RejectsAnUnmatchedSend) {
   Schedule s = schedule(PipelineKind::kOneFOneB, 2, 1, 4);
   auto& p = s.programs[1].instructions;
