@@ -5,14 +5,15 @@
 1. Calibrates this machine on two ranks at once (both cores busy, as in training): every distinct layer of the
    model timed pass by pass at the token counts its slices run into a profile table, a gloo all-reduce fitted as
    latency + size / bandwidth, how much a collective in flight slows compute, and the optimizer step; the last
-   three make the cluster file. Both tasks' forward and backward through the whole model is timed after every
-   round of the profile and set against the profile's prediction for it; every profile entry is scaled by that
-   ratio.
+   three make the cluster file. Both tasks' forward and backward through the whole model, at their whole batches
+   and at half of them, is timed after every round of the profile and set against the profile's prediction for
+   it: every profile entry is corrected for its size and scaled by that ratio (calibrate_whole_model).
 2. Plans each mode with `fulcrum multitask` on that profile and cluster (the `sequential` arrangement, and the
    arrangement `fulcrum multitask` keeps, the fastest it simulated).
 3. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
-   machine does not fall on one mode alone. After every round the whole model and the optimizer step are timed
-   again on both ranks (never the runs' own steps).
+   machine does not fall on one mode alone. After every ``--speed-checks``-th measured step (outside the step's
+   time) and after every round the whole model and the optimizer step are timed again on both ranks (never the
+   runs' own steps): a shared host's speed moves within a run, by a third or more within minutes.
 4. Scales the layer profile by the median of every whole-model sample and sets the optimizer step to the median of
    every optimizer sample (fulcrum.profile.calibration_across_runs), so the calibration spans the same minutes
    as the runs, and simulates each schedule that ran on them (`fulcrum multitask --load-schedule`).
@@ -59,14 +60,26 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
     # Every slice's rows: a task's whole batch on one device, or half of it on each.
     patches = model.config.patches
     counts = sorted({patches * n for _, batch, _, _ in model.config.tasks for n in (batch, batch // 2)} | {patches})
-    # The whole model is timed after every round of the profile, so a slow spell of the machine moves both.
-    whole = []
+    # The whole model is timed after every round of the profile, so a slow spell of the machine moves both; at
+    # the tasks' whole batches and at half of them, one pass of each in turn, for the size correction
+    # (calibrate_whole_model): the ratio of a pair is taken in the same second, whatever the host's speed.
+    whole, half = [], []
+
+    def after_round():
+        for k in range(4):
+            pair = whole_model_seconds(model, warmup=0, repeats=1), whole_model_seconds(model, 0, 1, scale=0.5)
+            if k:  # the first pair warms up
+                whole.extend(pair[0])
+                half.extend(pair[1])
+
     table = fp.profile_model(model, graph["model"], counts, dtype=run.DTYPE, warmup=2, repeats=3, rounds=rounds,
-                             after_round=lambda: whole.extend(whole_model_seconds(model)))
+                             after_round=after_round)
     calibration = fp.calibrate_cpu(model.parameters())
     if dist.get_rank() == 0:
-        (out_dir / "whole_model.json").write_text(json.dumps({"seconds": statistics.median(whole),
-                                                             "samples": whole}) + "\n")
+        (out_dir / "whole_model.json").write_text(json.dumps({
+            "seconds": statistics.median(whole), "samples": whole,
+            "half_batch_seconds": statistics.median(half), "half_batch_samples": half,
+            "half_batch_ratio": statistics.median(h / w for h, w in zip(half, whole))}) + "\n")
         fp.write_profile(out_dir / "profile.json", table)
         (out_dir / "cluster.json").write_text(json.dumps(calibration.cluster(), indent=1) + "\n")
         (out_dir / "calibration.json").write_text(json.dumps(calibration.record(), indent=1) + "\n")
@@ -94,16 +107,17 @@ def check_rank(out_file: Path) -> None:
     end_rank()
 
 
-def whole_model_seconds(model, warmup: int = 1, repeats: int = 3) -> list[float]:
-    """Seconds of each of ``repeats`` forward and backward passes of both tasks' whole batches through the whole
-    model, on every rank at once (both cores busy, as in training), on batches of their own seed (not the runs').
-    The profile times each layer alone; one autograd graph over all of them also pays for its allocation and the
-    caches refilled between layers."""
+def whole_model_seconds(model, warmup: int = 1, repeats: int = 3, scale: float = 1.0) -> list[float]:
+    """Seconds of each of ``repeats`` forward and backward passes of both tasks' whole batches (``scale`` of
+    them) through the whole model, on every rank at once (both cores busy, as in training), on batches of their
+    own seed (not the runs'). The profile times each layer alone; one autograd graph over all of them also pays
+    for its allocation and the caches refilled between layers."""
     import torch.distributed as dist
 
     from model import make_batches
 
-    batches = make_batches(model.config, 0, seed=1000)
+    batches = [{k: v[:round(v.shape[0] * scale)] for k, v in b.items()}
+               for b in make_batches(model.config, 0, seed=1000)]
     times = []
     for k in range(warmup + repeats):
         dist.barrier()
@@ -117,40 +131,68 @@ def whole_model_seconds(model, warmup: int = 1, repeats: int = 3) -> list[float]
 
 
 def calibrate_whole_model(a) -> dict:
-    """Sets the measured whole-model seconds against what the layer profile predicts for it (`fulcrum multitask`
-    on one device, whose only arrangement runs every operator in turn, less the calibrated optimizer step) and
-    scales every profile entry by their ratio: profile.json becomes the calibrated table, profile_layers.json
-    keeps the layers' own."""
+    """Sets the measured whole-model seconds against what the layer profile predicts for them (`fulcrum
+    multitask` on one device, whose only arrangement runs every operator in turn, less the calibrated optimizer
+    step), at the tasks' whole batches and at half of them. Layers timed one by one need not stand in the whole
+    model's ratio between the two sizes (caches kept warm between their runs, the host's speed moving between
+    the profile's token counts), so every profile entry is first multiplied by a size correction, 1 at the whole
+    batches' tokens and at half of them the factor that makes the profile's half-to-whole ratio the measured one
+    (the median over pairs of passes taken one after the other; fulcrum.profile.size_correction), then scaled by
+    the measured whole model over the corrected profile's prediction. profile.json becomes the calibrated
+    table, profile_layers.json keeps the layers' own."""
     import fulcrum.profile as fp
 
     from model import TinyMultitask
 
     work = a.workdir / "whole_model"
     work.mkdir(exist_ok=True)
-    (work / "tasks.json").write_text(json.dumps(TinyMultitask().task_graph()))
+    model = TinyMultitask()
+    graph = model.task_graph()
+    half_graph = json.loads(json.dumps(graph))
+    for t in half_graph["tasks"]:
+        t["batch"] //= 2
     cluster = json.loads((a.workdir / "cluster.json").read_text())
     cluster["preset"] = "cpu:1"
     (work / "cluster.json").write_text(json.dumps(cluster))
-    layers = a.workdir / "profile_layers.json"
-    (a.workdir / "profile.json").replace(layers)
-    out = subprocess.run([a.fulcrum, "multitask", "--tasks", str(work / "tasks.json"), "--cluster",
-                          str(work / "cluster.json"), "--profile", str(layers), "--dtype", run.DTYPE, "--json"],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.stderr.write(out.stderr)
-        sys.exit("compare.py: planning the whole model on one device failed")
-    calibration = json.loads((a.workdir / "calibration.json").read_text())
-    predicted = json.loads(out.stdout)["iteration_seconds"] - calibration["optimizer_seconds"]
-    measured = json.loads((a.workdir / "whole_model.json").read_text())["seconds"]
-    factor = measured / predicted
-    fp.write_profile(a.workdir / "profile.json", fp.scaled_profile(json.loads(layers.read_text()), factor))
-    return {"measured_seconds": measured, "predicted_seconds": predicted, "factor": factor}
+    layers_file = a.workdir / "profile_layers.json"
+    (a.workdir / "profile.json").replace(layers_file)
+    layers = json.loads(layers_file.read_text())
+    optimizer = json.loads((a.workdir / "calibration.json").read_text())["optimizer_seconds"]
+
+    def predicted(tasks: dict, table: dict) -> float:
+        (work / "tasks.json").write_text(json.dumps(tasks))
+        fp.write_profile(work / "profile.json", table)
+        out = subprocess.run([a.fulcrum, "multitask", "--tasks", str(work / "tasks.json"), "--cluster",
+                              str(work / "cluster.json"), "--profile", str(work / "profile.json"), "--dtype",
+                              run.DTYPE, "--json"], capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.stderr.write(out.stderr)
+            sys.exit("compare.py: planning the whole model on one device failed")
+        return json.loads(out.stdout)["iteration_seconds"] - optimizer
+
+    measured = json.loads((a.workdir / "whole_model.json").read_text())
+    whole, half_ratio = measured["seconds"], measured["half_batch_ratio"]
+    # Tokens a layer pass holds on average over the tasks, at whole and at half batches.
+    tokens = model.config.patches * statistics.fmean(t["batch"] for t in graph["tasks"])
+    correction = [[tokens / 2, 1.0], [tokens, 1.0]]
+    for _ in range(4):  # the half-batch prediction moves about in proportion to its correction
+        ratio = predicted(half_graph, fp.scaled_profile(layers, 1.0, correction)) / predicted(
+            graph, fp.scaled_profile(layers, 1.0, correction))
+        correction[0][1] *= half_ratio / ratio
+    corrected = fp.scaled_profile(layers, 1.0, correction)
+    prediction, half_prediction = predicted(graph, corrected), predicted(half_graph, corrected)
+    factor = whole / prediction
+    fp.write_profile(a.workdir / "profile.json", fp.scaled_profile(layers, factor, correction))
+    return {"measured_seconds": whole, "predicted_seconds": prediction, "factor": factor,
+            "half_batch_measured_ratio": half_ratio, "half_batch_predicted_seconds": half_prediction,
+            "size_correction": correction}
 
 
 def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:
     return ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup), "--repeats", "1",
             "--profile", str(a.workdir / "profile.json"), "--cluster", str(a.workdir / "cluster.json"),
-            "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out)]
+            "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out),
+            "--speed-checks", str(a.speed_checks)]
 
 
 def launch_ranks(args: list[str], what: str) -> None:
@@ -185,6 +227,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3, help="rounds over the modes (default 3)")
     p.add_argument("--profile-rounds", type=int, default=5, help="passes over the profile grid (default 5)")
+    p.add_argument("--speed-checks", type=int, default=1, metavar="N",
+                   help="time the whole model and the optimizer step after every N-th measured step of every run, "
+                        "outside the step's time (run.py --speed-checks; default 1, 0: only between rounds)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="folder for the calibration and the runs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
@@ -199,10 +244,10 @@ def main() -> None:
         return
     if not a.out:
         p.error("--out is required")
-    if a.steps < 1 or a.repeats < 1 or a.warmup < 0:
-        p.error("--steps and --repeats must be at least 1, --warmup at least 0")
+    if a.steps < 1 or a.repeats < 1 or a.warmup < 0 or a.speed_checks < 0:
+        p.error("--steps and --repeats must be at least 1, --warmup and --speed-checks at least 0")
     a.fulcrum = run.fulcrum_cli(a.fulcrum)
-    from fulcrum.profile import recalibrate_folder
+    import fulcrum.profile as fp
 
     with tempfile.TemporaryDirectory(prefix="tiny_multitask_compare_") as scratch:
         a.workdir = Path(a.workdir or scratch).resolve()
@@ -214,7 +259,8 @@ def main() -> None:
         calibration["whole_model"] = whole_model
         (a.workdir / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
         print(f"whole model: {whole_model['measured_seconds']:.4f} s measured, {whole_model['predicted_seconds']:.4f} "
-              f"s from the layer profile: its entries scaled by {whole_model['factor']:.3f}", flush=True)
+              f"s from the layer profile corrected for size (x{whole_model['size_correction'][0][1]:.3f} at half "
+              f"batches): its entries scaled by {whole_model['factor']:.3f}", flush=True)
         rounds: dict[str, list[dict]] = {m: [] for m in RUN_MODES}
         checks: list[Path] = []
         for r in range(a.repeats):
@@ -225,9 +271,13 @@ def main() -> None:
                 if done.returncode != 0:
                     sys.exit(f"compare.py: run.py --mode {m} failed")
                 rounds[m].append(json.loads(out.read_text()))
+                if a.speed_checks:  # the whole model and the optimizer step timed beside the run's steps
+                    checks.append(a.workdir / f"check.{m}.{r}.json")
+                    speed = rounds[m][-1]["speed_checks"]
+                    fp.write_check(checks[-1], speed["whole_model_seconds"], speed["optimizer_seconds"])
             checks.append(a.workdir / f"check.{r}.json")
             launch_ranks(["--check-rank", str(checks[-1])], "timing the whole model between rounds")
-        across = recalibrate_folder(a.workdir, checks)
+        across = fp.recalibrate_folder(a.workdir, checks)
         print(f"across the runs: whole model {across['whole_model_seconds']:.4f} s (profile scaled by "
               f"{across['factor']:.3f}), optimizer step {across['optimizer_seconds'] * 1e3:.1f} ms", flush=True)
         predicted = {m: simulated_seconds(a, m) for m in RUN_MODES}

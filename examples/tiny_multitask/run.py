@@ -17,7 +17,8 @@ and train on the same batches. The step time is the slowest rank's forward, back
 and optimizer step, with the ranks starting each step together. The result (``--out``) holds ``mode, steps,
 step_seconds_mean`` (the mean over steps of each step's median over the repeats), ``step_seconds_median``,
 ``step_seconds_cv`` (spread of the repeats' means), ``losses`` and ``task_losses`` (first repeat, warm-up
-included), ``predicted_step_seconds`` (the simulator's iteration of the schedule run) and ``arrangement``.
+included), ``predicted_step_seconds`` (the simulator's iteration of the schedule run) and ``arrangement``; with
+``--speed-checks N``, ``speed_checks{whole_model_seconds, optimizer_seconds}`` (rank 0's, every repeat's).
 """
 
 from __future__ import annotations
@@ -131,6 +132,14 @@ def worker(a, setup: dict) -> None:
     order = [k % a.steps for k in range(a.warmup + a.steps)]
     batches = {s: make_batches(config, s, a.seed) for s in set(order)}  # made before the clock starts
     record = {"repeats": []}
+    check = None
+    if a.speed_checks:
+        # The host's speed beside the steps: the whole model on a copy of its own, on batches of their own seed.
+        import fulcrum.profile as fp
+
+        copy, calibration = TinyMultitask(seed=a.seed), make_batches(config, 0, seed=1000)
+        check = fp.SpeedCheck(lambda: copy.reference_loss(calibration)[0].backward(), copy.parameters(),
+                              every=a.speed_checks)
     for _ in range(a.repeats):
         model = TinyMultitask(seed=a.seed)
         freeze(a, model, 0)  # frozen when the runtime is made, as a model loaded for its first stage would be
@@ -153,7 +162,12 @@ def worker(a, setup: dict) -> None:
             if k >= a.warmup:
                 rep["step_seconds"].append(end - start)
                 rep["compute_seconds"].append(result.compute_seconds)
+                if check:
+                    check()
         record["repeats"].append(rep)
+    if check:
+        record["speed_checks"] = {"whole_model_seconds": check.whole_model_seconds,
+                                  "optimizer_seconds": check.optimizer_seconds}
     (a.workdir / f"rank.{rank}.json").write_text(json.dumps(record))
     if a.trace:
         events = [None] * dist.get_world_size()
@@ -194,6 +208,7 @@ def summarize(a, setup: dict, ranks: list[dict]) -> dict:
         "per_rank": [{"rank": i, "compute_seconds": statistics.fmean(
             c for rep in rank["repeats"] for c in rep["compute_seconds"])} for i, rank in enumerate(ranks)],
         "step_seconds_by_repeat": by_repeat,
+        **({"speed_checks": ranks[0]["speed_checks"]} if "speed_checks" in ranks[0] else {}),
         "command": "python examples/tiny_multitask/run.py " + " ".join(sys.argv[1:]),
     }
 
@@ -218,6 +233,10 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", help="folder for the run's inputs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
     p.add_argument("--trace", help="write the last step's timeline of both ranks as Chrome trace JSON")
+    p.add_argument("--speed-checks", type=int, default=0, metavar="N",
+                   help="after every N-th measured step, outside its time, time the whole model and an optimizer step "
+                        "on a copy of the model (``speed_checks`` in the result; compare.py calibrates with them; "
+                        "default 0: none)")
     p.add_argument("--out", required=True)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -226,8 +245,8 @@ def argument_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     p = argument_parser()
     a = p.parse_args(argv)
-    if a.steps < 1 or a.warmup < 0 or a.repeats < 1:
-        p.error("--steps and --repeats must be at least 1, --warmup at least 0")
+    if a.steps < 1 or a.warmup < 0 or a.repeats < 1 or a.speed_checks < 0:
+        p.error("--steps and --repeats must be at least 1, --warmup and --speed-checks at least 0")
     if a.worker:
         a.workdir = Path(a.workdir)
         worker(a, json.loads((a.workdir / "setup.json").read_text()))

@@ -8,8 +8,9 @@
    model's forward and backward over calibration micro-batches (not the runs') is timed after every round of
    the profile and set against the profile's prediction for them; every profile entry is scaled by that ratio.
 2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
-   machine does not fall on one mode alone. After every round the whole model and the optimizer step are timed
-   again on both ranks (never the runs' own steps).
+   machine does not fall on one mode alone. After every ``--speed-checks``-th measured step (outside the step's
+   time) and after every round the whole model and the optimizer step are timed again on both ranks (never the
+   runs' own steps): a shared host's speed moves within a run, by a third or more within minutes.
 3. Simulates each mode's measured steps with the profile and the cluster file (`fulcrum simulate`: same
    samples, batches and schedule): first on the calibration before the runs (``planned_step_seconds``), then,
    as the prediction, with the profile scaled by the median of every whole-model sample and the optimizer step
@@ -96,30 +97,18 @@ def check_rank(out_file: Path) -> None:
     end_rank()
 
 
-# The whole-model calibration: micro-batches of CALIBRATION_GROUP samples packed (as the dp modes train), drawn
-# with their own seed, so they are not the runs' batches.
-CALIBRATION_SAMPLES, CALIBRATION_GROUP, CALIBRATION_SEED = 32, 4, 1000
-
-
 def whole_model_seconds(model, warmup: int = 1, repeats: int = 3) -> list[float]:
     """Seconds of each of ``repeats`` forward and backward passes of the whole model over the calibration
     micro-batches, on every rank at once (both cores busy, as in training). The profile times each layer alone;
     one autograd graph over all of them also pays for its allocation and the caches refilled between layers."""
     import torch.distributed as dist
 
-    from data import SyntheticVlmData, pack, scaled_lengths
-    from model import token_loss_sum
-
-    lengths = scaled_lengths(CALIBRATION_SAMPLES, model.config, seed=CALIBRATION_SEED)
-    data = SyntheticVlmData(lengths, model.config, seed=CALIBRATION_SEED)
-    batches = [pack([data[i] for i in range(first, first + CALIBRATION_GROUP)])
-               for first in range(0, CALIBRATION_SAMPLES, CALIBRATION_GROUP)]
+    batches = run.calibration_batches(model.config)
     times = []
     for k in range(warmup + repeats):
         dist.barrier()
         start = time.perf_counter()
-        for batch in batches:
-            token_loss_sum(model(batch), batch["labels"]).backward()
+        run.whole_model_pass(model, batches)
         elapsed = time.perf_counter() - start
         model.zero_grad(set_to_none=True)
         if k >= warmup:
@@ -139,19 +128,20 @@ def calibrate_whole_model(a) -> dict:
     work = a.workdir / "whole_model"
     work.mkdir(exist_ok=True)
     config = TinyVlmConfig()
-    write_lengths(work / "lengths.json", scaled_lengths(CALIBRATION_SAMPLES, config, seed=CALIBRATION_SEED))
+    write_lengths(work / "lengths.json",
+                  scaled_lengths(run.CALIBRATION_SAMPLES, config, seed=run.CALIBRATION_SEED))
     (work / "tiny.json").write_text(json.dumps(TinyVlm(config).fulcrum_model()))
     cluster = json.loads((a.workdir / "cluster.json").read_text())
     cluster["preset"] = "cpu:1"
     (work / "cluster.json").write_text(json.dumps(cluster))
-    steps = CALIBRATION_SAMPLES // CALIBRATION_GROUP
+    steps = run.CALIBRATION_SAMPLES // run.CALIBRATION_GROUP
     layers = a.workdir / "profile_layers.json"
     (a.workdir / "profile.json").replace(layers)
     out = subprocess.run([a.fulcrum, "simulate", "--model", str(work / "tiny.json"), "--cluster",
                           str(work / "cluster.json"), "--profile", str(layers), "--dtype", run.DTYPE, "--data",
-                          str(work / "lengths.json"), "--batcher", "random-packed", "--gbs", str(CALIBRATION_GROUP),
-                          "--mbs", str(CALIBRATION_GROUP), "--dp", "1", "--recompute", "none", "--step", "0",
-                          "--steps", str(steps), "--json", "--quiet"], capture_output=True, text=True)
+                          str(work / "lengths.json"), "--batcher", "random-packed", "--gbs",
+                          str(run.CALIBRATION_GROUP), "--mbs", str(run.CALIBRATION_GROUP), "--dp", "1",
+                          "--recompute", "none", "--step", "0", "--steps", str(steps), "--json", "--quiet"], capture_output=True, text=True)
     if out.returncode != 0:
         sys.stderr.write(out.stderr)
         sys.exit("compare.py: simulating the calibration micro-batches failed")
@@ -161,13 +151,14 @@ def calibrate_whole_model(a) -> dict:
     factor = measured / predicted
     fp.write_profile(a.workdir / "profile.json", fp.scaled_profile(json.loads(layers.read_text()), factor))
     return {"measured_seconds": measured, "predicted_seconds": predicted, "factor": factor,
-            "micro_batches": steps, "samples_per_micro_batch": CALIBRATION_GROUP}
+            "micro_batches": steps, "samples_per_micro_batch": run.CALIBRATION_GROUP}
 
 
 def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:
     args = ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup), "--repeats", "1",
             "--profile", str(a.workdir / "profile.json"), "--cluster", str(a.workdir / "cluster.json"),
-            "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out)]
+            "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out),
+            "--speed-checks", str(a.speed_checks)]
     if mode.startswith("dp") and a.dp_samples_per_step:
         args += ["--samples-per-step", str(a.dp_samples_per_step)]
     if mode.startswith("pp") and a.pp_samples_per_step:
@@ -197,6 +188,9 @@ def main() -> None:
     p.add_argument("--dp-samples-per-step", type=int, help="run.py's --samples-per-step for the dp modes")
     p.add_argument("--pp-samples-per-step", type=int, help="run.py's --samples-per-step for the pp modes")
     p.add_argument("--profile-rounds", type=int, default=5, help="passes over the profile grid (default 5)")
+    p.add_argument("--speed-checks", type=int, default=3, metavar="N",
+                   help="time the whole model and the optimizer step after every N-th measured step of every run, "
+                        "outside the step's time (run.py --speed-checks; default 3, 0: only between rounds)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="folder for the calibration and the runs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
@@ -215,10 +209,10 @@ def main() -> None:
     for m in modes:
         if m not in run.MODES:
             p.error(f"--modes: unknown mode {m!r} (choose from {', '.join(run.MODES)})")
-    if a.steps < 1 or a.repeats < 1 or a.warmup < 0:
-        p.error("--steps and --repeats must be at least 1, --warmup at least 0")
+    if a.steps < 1 or a.repeats < 1 or a.warmup < 0 or a.speed_checks < 0:
+        p.error("--steps and --repeats must be at least 1, --warmup and --speed-checks at least 0")
     a.fulcrum = run.fulcrum_cli(a.fulcrum)
-    from fulcrum.profile import recalibrate_folder
+    import fulcrum.profile as fp
 
     with tempfile.TemporaryDirectory(prefix="tiny_vlm_compare_") as scratch:
         a.workdir = Path(a.workdir or scratch).resolve()
@@ -242,10 +236,14 @@ def main() -> None:
                 if done.returncode != 0:
                     sys.exit(f"compare.py: run.py --mode {m} failed")
                 rounds[m].append(json.loads(out.read_text()))
+                if a.speed_checks:  # the whole model and the optimizer step timed beside the run's steps
+                    checks.append(a.workdir / f"check.{m}.{r}.json")
+                    speed = rounds[m][-1]["speed_checks"]
+                    fp.write_check(checks[-1], speed["whole_model_seconds"], speed["optimizer_seconds"])
             checks.append(a.workdir / f"check.{r}.json")
             run.start_ranks(Path(__file__).resolve(), ["--check-rank", str(checks[-1])])
         planned = {m: predicted_seconds(a, m, a.workdir / m)["predicted_step_seconds"] for m in modes}
-        across = recalibrate_folder(a.workdir, checks)
+        across = fp.recalibrate_folder(a.workdir, checks)
         print(f"across the runs: whole model {across['whole_model_seconds']:.4f} s (profile scaled by "
               f"{across['factor']:.3f}), optimizer step {across['optimizer_seconds'] * 1e3:.1f} ms", flush=True)
         table = {"calibration": json.loads((a.workdir / "calibration.json").read_text()),

@@ -28,7 +28,7 @@ each step's median over the repeats), ``step_seconds_cv`` (spread of the repeats
 ``[steps trained, loss]`` pairs, the loss per labelled token on ``--held-out`` samples of the same task that no
 mode trains on, before training, every ``--eval-every`` steps (warm-up included) and at the end (first repeat,
 outside the timed steps), so modes that see the epoch's samples in different orders compare on what they
-learned.
+learned. With ``--speed-checks N``, ``speed_checks{whole_model_seconds, optimizer_seconds}`` (rank 0's).
 """
 
 from __future__ import annotations
@@ -48,6 +48,28 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
+
+# The whole-model calibration (compare.py, and --speed-checks): micro-batches of CALIBRATION_GROUP samples packed
+# (as the dp modes train), drawn with their own seed, so they are not the runs' batches.
+CALIBRATION_SAMPLES, CALIBRATION_GROUP, CALIBRATION_SEED = 32, 4, 1000
+
+
+def calibration_batches(config) -> list:
+    from data import SyntheticVlmData, pack, scaled_lengths
+
+    lengths = scaled_lengths(CALIBRATION_SAMPLES, config, seed=CALIBRATION_SEED)
+    data = SyntheticVlmData(lengths, config, seed=CALIBRATION_SEED)
+    return [pack([data[i] for i in range(first, first + CALIBRATION_GROUP)])
+            for first in range(0, CALIBRATION_SAMPLES, CALIBRATION_GROUP)]
+
+
+def whole_model_pass(model, batches) -> None:
+    """Forward and backward of the whole model over ``batches``, one micro-batch at a time."""
+    from model import token_loss_sum
+
+    for batch in batches:
+        token_loss_sum(model(batch), batch["labels"]).backward()
+
 
 MODES = {
     # dp, pp, batcher, collate
@@ -145,7 +167,7 @@ def launch(a, setup: dict) -> list[dict]:
         "--worker", json.dumps(setup), "--mode", a.mode, "--steps", str(a.steps), "--warmup", str(a.warmup),
         "--repeats", str(a.repeats), "--samples-per-step", str(a.samples_per_step), "--micro-batches",
         str(a.micro_batches), "--seed", str(a.seed), "--lr", str(a.lr), "--held-out", str(a.held_out),
-        "--eval-every", str(a.eval_every), "--out", str(out),
+        "--eval-every", str(a.eval_every), "--speed-checks", str(a.speed_checks), "--out", str(out),
         *(["--trace", str(Path(a.trace).resolve())] if a.trace else [])])
     return [json.loads(out.with_suffix(f".{r}.json").read_text()) for r in range(2)]
 
@@ -202,6 +224,7 @@ def summarize(a, setup: dict, ranks: list[dict]) -> dict:
                       "wait_seconds": statistics.fmean(w for rep in rank["repeats"] for w in rep["wait_seconds"])}
                      for i, rank in enumerate(ranks)],
         "step_seconds_by_repeat": by_repeat,
+        **({"speed_checks": ranks[0]["speed_checks"]} if "speed_checks" in ranks[0] else {}),
         "command": "python examples/tiny_vlm/run.py " + " ".join(sys.argv[1:]),
     }
 
@@ -270,6 +293,13 @@ def worker(a, setup: dict) -> None:
                         for step in steps]
 
     record = {"repeats": [], "held_out_losses": []}
+    check = None
+    if a.speed_checks:
+        # The host's speed beside the steps: the whole model on a copy of its own over the calibration batches.
+        import fulcrum.profile as fp
+
+        copy, calibration = TinyVlm(config, seed=a.seed), calibration_batches(config)
+        check = fp.SpeedCheck(lambda: whole_model_pass(copy, calibration), copy.parameters(), every=a.speed_checks)
     for _ in range(a.repeats):
         model = TinyVlm(config, seed=a.seed)
         runtime = fr.Runtime(model, setup["schedule"], token_loss_sum, micro_batches=a.micro_batches)
@@ -307,6 +337,8 @@ def worker(a, setup: dict) -> None:
                 rep["compute_seconds"].append(result.compute_seconds + end - optimizer_start)
                 rep["wait_seconds"].append(result.wait_seconds)
                 rep["real_tokens"].append(step_real_tokens[s])
+            if check and k >= a.warmup:
+                check()
             if evaluate and ((k + 1) % a.eval_every == 0 or k + 1 == len(order)):
                 note_held_out(k + 1)
         if evaluate:
@@ -314,6 +346,9 @@ def worker(a, setup: dict) -> None:
         record["repeats"].append(rep)
         if not np.isfinite(rep["losses"]).all():
             raise SystemExit(f"rank {rank}: the loss diverged: {rep['losses']}")
+    if check:
+        record["speed_checks"] = {"whole_model_seconds": check.whole_model_seconds,
+                                  "optimizer_seconds": check.optimizer_seconds}
     Path(a.out).with_suffix(f".{rank}.json").write_text(json.dumps(record))
     if a.trace:
         # The last step of the last repeat, every rank's events on one clock (the step starts together).
@@ -343,6 +378,10 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", help="folder for the run's inputs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
     p.add_argument("--trace", help="write the last step's timeline of both ranks as Chrome trace JSON")
+    p.add_argument("--speed-checks", type=int, default=0, metavar="N",
+                   help="after every N-th measured step, outside its time, time the whole model over the calibration "
+                        "batches and an optimizer step on a copy of the model (``speed_checks`` in the result; "
+                        "compare.py calibrates with them; default 0: none)")
     p.add_argument("--out", required=True)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     return p
@@ -363,8 +402,10 @@ def main(argv=None) -> None:
         worker(a, json.loads(a.worker))
         return
     dp = MODES[a.mode][0]
-    if a.steps < 1 or a.warmup < 0 or a.repeats < 1 or a.micro_batches < 1 or a.held_out < 0 or a.eval_every < 1:
-        p.error("--steps, --repeats and --eval-every must be at least 1, --warmup and --held-out at least 0")
+    if (a.steps < 1 or a.warmup < 0 or a.repeats < 1 or a.micro_batches < 1 or a.held_out < 0 or a.eval_every < 1
+            or a.speed_checks < 0):
+        p.error("--steps, --repeats and --eval-every must be at least 1, --warmup, --held-out and --speed-checks at "
+                "least 0")
     if a.samples_per_step % (dp * a.micro_batches):
         p.error(f"--samples-per-step {a.samples_per_step} must divide into {dp} ranks × {a.micro_batches} "
                 "micro-batches")

@@ -168,3 +168,45 @@ def test_a_calibration_across_runs_takes_the_median_of_every_sample():
     with pytest.raises(ValueError, match="needs whole-model and optimizer samples"):
         fp.calibration_across_runs(table, cluster, whole_model_predicted_seconds=0.5, whole_model_seconds=[],
                                    optimizer_seconds=[0.02], parameters=1000)
+
+
+def test_a_speed_check_times_its_own_work_every_nth_call():
+    import time
+
+    import torch
+
+    layer = torch.nn.Linear(4, 4)
+    before = [q.detach().clone() for q in layer.parameters()]
+    calls = []
+
+    def forward_backward():
+        calls.append(len(calls))
+        time.sleep(0.01)
+        layer(torch.ones(2, 4)).sum().backward()
+
+    check = fp.SpeedCheck(forward_backward, layer.parameters(), every=3)
+    for _ in range(7):
+        check()
+    # Calls 1, 4 and 7 are timed: the work and an optimizer step each.
+    assert len(calls) == 3
+    assert len(check.whole_model_seconds) == len(check.optimizer_seconds) == 3
+    assert min(check.whole_model_seconds) >= 0.01
+    assert all(q.grad is None for q in layer.parameters())  # its gradients are cleared after its step
+    assert any(not torch.equal(a, b) for a, b in zip(before, layer.parameters()))
+    with pytest.raises(ValueError, match="at least 1"):
+        fp.SpeedCheck(forward_backward, layer.parameters(), every=0)
+
+
+def test_a_size_correction_is_linear_in_log_tokens_between_its_points():
+    at = fp.size_correction([[1024, 1.0], [256, 1.3]])  # given in any order
+    assert at(256) == pytest.approx(1.3) and at(1024) == pytest.approx(1.0)
+    assert at(512) == pytest.approx(1.15)  # halfway in log tokens
+    assert at(64) == pytest.approx(1.3) and at(4096) == pytest.approx(1.0)  # the nearest point's beyond them
+    assert fp.size_correction([])(100) == 1.0
+    with pytest.raises(ValueError, match="positive"):
+        fp.size_correction([[0, 1.0]])
+    table = {"fulcrum_profile": 1, "entries": [{"layer": "a", "pass": "forward", "tokens": [256, 512, 1024],
+                                                "seconds": [1.0, 2.0, 4.0]}]}
+    scaled = fp.scaled_profile(table, 2.0, [[256, 1.3], [1024, 1.0]])
+    assert scaled["entries"][0]["seconds"] == pytest.approx([2.6, 4.6, 8.0])
+    assert fp.scaled_profile(table, 2.0)["entries"][0]["seconds"] == pytest.approx([2.0, 4.0, 8.0])

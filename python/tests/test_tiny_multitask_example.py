@@ -13,6 +13,8 @@ from conftest import REPO
 
 pytest.importorskip("torch")
 
+import fulcrum.profile as fp  # noqa: E402
+
 EXAMPLE = REPO / "examples" / "tiny_multitask"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", GLOO_SOCKET_IFNAME="lo")
 STEPS = 5
@@ -154,13 +156,22 @@ def test_compare_predicts_the_schedules_that_ran(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     table = json.loads(out.read_text())
     assert set(table["modes"]) == {"sequential", "waves"}
-    # One check after the one round: the profile the runs are predicted with is the layers' own scaled by the
-    # median of the whole model's samples, the calibration's three and the check's three.
+    # The profile the runs are predicted with is the layers' own corrected for size and scaled by the median of
+    # the whole model's samples: the calibration's three, the check's three after the one round, and one after
+    # each measured step of each run (two runs of two steps).
     across = table["calibration"]["across_runs"]
-    assert across["checks"] == 1 and across["whole_model_samples"] == 6, across
+    assert across["checks"] == 3 and across["whole_model_samples"] == 10, across
+    whole = table["calibration"]["whole_model"]
+    (half_tokens, half_correction), (tokens, one) = whole["size_correction"]
+    assert half_tokens == tokens / 2 and one == 1.0 and 0.3 < half_correction < 3, whole
+    # The correction makes the profile's half-to-whole ratio the measured one.
+    assert whole["half_batch_predicted_seconds"] / whole["predicted_seconds"] == pytest.approx(
+        whole["half_batch_measured_ratio"], rel=0.02), whole
+    correction = fp.size_correction(whole["size_correction"])
     layers = json.loads((work / "profile_layers.json").read_text())
     for scaled, own in zip(table["profile"]["entries"], layers["entries"], strict=True):
-        assert scaled["seconds"] == pytest.approx([t * across["factor"] for t in own["seconds"]], rel=1e-12)
+        assert scaled["seconds"] == pytest.approx(
+            [t * across["factor"] * correction(n) for t, n in zip(own["seconds"], own["tokens"])], rel=1e-12)
     for mode, row in table["modes"].items():
         # Every rank steps a whole AdamW, so the schedules that ran keep the optimizer state whole.
         schedule = json.loads((work / mode / f"{mode}.schedule.json").read_text())

@@ -120,12 +120,13 @@ def test_compare_lays_predictions_beside_measurements(tmp_path):
     assert 0.5 < whole["factor"] < 3, whole
     assert abs(whole["factor"] - whole["measured_seconds"] / whole["predicted_seconds"]) < 1e-12
     # The profile the runs are predicted with is the layers' own scaled by the median of the whole model's
-    # samples, the calibration's and the check's after the one round, over the layer profile's prediction.
+    # samples, the calibration's, the check's after the one round and one beside the first measured step of each
+    # run (run.py --speed-checks 3), over the layer profile's prediction.
     work = tmp_path / "work"
     samples = json.loads((work / "whole_model.json").read_text())["samples"]
     samples += [t for c in sorted(work.glob("check.*.json")) for t in json.loads(c.read_text())["whole_model_seconds"]]
     across = table["calibration"]["across_runs"]
-    assert across["checks"] == 1 and across["whole_model_samples"] == len(samples) == 6, across
+    assert across["checks"] == 3 and across["whole_model_samples"] == len(samples) == 8, across
     assert across["factor"] == pytest.approx(statistics.median(samples) / whole["predicted_seconds"], rel=1e-12)
     assert 0.5 < across["factor"] < 3, across
     layers = json.loads((work / "profile_layers.json").read_text())

@@ -11,22 +11,52 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import statistics
+import time
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Callable, Iterable, Sequence, Union
 
 from fulcrum.profile.comm import optimizer_memory_bytes_per_second
 from fulcrum.profile.layers import write_profile
 
 
-def scaled_profile(table: dict, factor: float) -> dict:
-    """A copy of the profile table with every entry's seconds times ``factor``."""
+def size_correction(points: Sequence[Sequence[float]]) -> Callable[[float], float]:
+    """The correction at a token count from ``[[tokens, correction], ...]``: linear in log tokens between the
+    points, the nearest point's beyond them, 1 with no points. Layers timed one by one need not stand in the
+    whole model's ratio between a small and a large token count (caches kept warm between their runs, a host
+    whose speed moved between the profile's sizes); the whole model timed at two sizes measures the correction."""
+    pts = sorted((float(t), float(c)) for t, c in points)
+    for t, c in pts:
+        if not (t > 0 and c > 0):
+            raise ValueError(f"a size correction needs positive tokens and corrections, got {[t, c]}")
+
+    def at(tokens: float) -> float:
+        if not pts:
+            return 1.0
+        if tokens <= pts[0][0]:
+            return pts[0][1]
+        if tokens >= pts[-1][0]:
+            return pts[-1][1]
+        for (t0, c0), (t1, c1) in zip(pts, pts[1:]):
+            if tokens <= t1:
+                w = math.log(tokens / t0) / math.log(t1 / t0)
+                return c0 + w * (c1 - c0)
+        return pts[-1][1]
+
+    return at
+
+
+def scaled_profile(table: dict, factor: float, correction: Sequence[Sequence[float]] = ()) -> dict:
+    """A copy of the profile table with every entry's seconds times ``factor`` and, at each token count, the
+    ``correction`` there (size_correction's points; none: 1)."""
     if not factor > 0:
         raise ValueError(f"a profile's scale must be positive, got {factor}")
+    at = size_correction(correction)
     out = copy.deepcopy(table)
     for entry in out["entries"]:
-        entry["seconds"] = [t * factor for t in entry["seconds"]]
+        entry["seconds"] = [t * factor * at(n) for t, n in zip(entry["seconds"], entry["tokens"], strict=True)]
     return out
 
 
@@ -44,12 +74,13 @@ def with_optimizer_seconds(cluster: dict, optimizer_seconds: float, parameters: 
 
 def calibration_across_runs(layer_table: dict, cluster: dict, *, whole_model_predicted_seconds: float,
                             whole_model_seconds: Sequence[float], optimizer_seconds: Sequence[float],
-                            parameters: int) -> tuple[dict, dict, dict]:
+                            parameters: int, correction: Sequence[Sequence[float]] = ()) -> tuple[dict, dict, dict]:
     """The profile and cluster file from samples taken before and between a measurement's rounds.
 
     ``layer_table``: the layers' own profile; ``whole_model_predicted_seconds``: what it predicts for the whole
-    model's forward and backward that ``whole_model_seconds`` timed; ``optimizer_seconds``: timed Adam steps over
-    ``parameters`` parameters. Returns the profile scaled by the median whole-model time over the prediction, the
+    model's forward and backward that ``whole_model_seconds`` timed, with its entries times the size
+    ``correction`` (size_correction's points); ``optimizer_seconds``: timed Adam steps over ``parameters``
+    parameters. Returns the profile corrected and scaled by the median whole-model time over the prediction, the
     cluster file with the median optimizer step, and a record of the figures."""
     if not whole_model_seconds or not optimizer_seconds:
         raise ValueError("a calibration across runs needs whole-model and optimizer samples")
@@ -58,7 +89,8 @@ def calibration_across_runs(layer_table: dict, cluster: dict, *, whole_model_pre
     optimizer = statistics.median(optimizer_seconds)
     record = {"whole_model_seconds": measured, "whole_model_samples": len(whole_model_seconds), "factor": factor,
               "optimizer_seconds": optimizer, "optimizer_samples": len(optimizer_seconds)}
-    return (scaled_profile(layer_table, factor), with_optimizer_seconds(cluster, optimizer, parameters), record)
+    return (scaled_profile(layer_table, factor, correction), with_optimizer_seconds(cluster, optimizer, parameters),
+            record)
 
 
 def write_check(path: Union[str, os.PathLike], whole_model_seconds: Sequence[float],
@@ -71,7 +103,8 @@ def write_check(path: Union[str, os.PathLike], whole_model_seconds: Sequence[flo
 def recalibrate_folder(folder: Union[str, os.PathLike], checks: Sequence[Union[str, os.PathLike]]) -> dict:
     """calibration_across_runs over a calibration folder as the examples' compare.py lay it out: the layers' own
     profile in profile_layers.json, calibrate_cpu's record in calibration.json (with ``whole_model
-    {predicted_seconds}``, the layer profile's prediction of the whole model), the whole model's samples in
+    {predicted_seconds, size_correction}``, the layer profile's prediction of the whole model with its entries
+    times the size correction, if any), the whole model's samples in
     whole_model.json (``samples``) and the cluster file in cluster.json; ``checks`` are write_check's files.
     Writes profile.json and cluster.json, adds the record to calibration.json as ``across_runs`` and returns it."""
     folder = Path(folder)
@@ -83,10 +116,53 @@ def recalibrate_folder(folder: Union[str, os.PathLike], checks: Sequence[Union[s
         whole_model_seconds=json.loads((folder / "whole_model.json").read_text())["samples"] +
         [t for c in taken for t in c["whole_model_seconds"]],
         optimizer_seconds=calibration["optimizer_step_seconds"] + [t for c in taken for t in c["optimizer_seconds"]],
-        parameters=calibration["parameters"])
+        parameters=calibration["parameters"], correction=calibration["whole_model"].get("size_correction", ()))
     write_profile(folder / "profile.json", profile)
     (folder / "cluster.json").write_text(json.dumps(cluster, indent=1) + "\n")
     record["checks"] = len(taken)
     calibration["across_runs"] = record
     (folder / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
     return record
+
+
+class SpeedCheck:
+    """The host's speed beside a measurement's steps rather than between its rounds: called after a step, outside
+    the step's time, it times ``forward_backward()`` (a fixed piece of work on a model of its own, never the one
+    being measured) and then an AdamW step over ``parameters`` with the gradients that left, each on every rank
+    of the default process group at once (a barrier before each). It times every ``every``-th call, so a long
+    check can sample a run sparsely. ``whole_model_seconds`` and ``optimizer_seconds`` are write_check's two
+    lists: a shared host's speed moves by a third or more within minutes, and samples beside the steps move with
+    it."""
+
+    def __init__(self, forward_backward: Callable[[], None], parameters: Iterable, *, every: int = 1):
+        import torch
+
+        if every < 1:
+            raise ValueError(f"a speed check every {every} steps: it must be at least 1")
+        self.forward_backward = forward_backward
+        self.every = every
+        self.optimizer = torch.optim.AdamW(list(parameters), lr=1e-3)
+        self.calls = 0
+        self.whole_model_seconds: list[float] = []
+        self.optimizer_seconds: list[float] = []
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if (self.calls - 1) % self.every:
+            return
+        self._barrier()
+        start = time.perf_counter()
+        self.forward_backward()
+        self.whole_model_seconds.append(time.perf_counter() - start)
+        self._barrier()
+        start = time.perf_counter()
+        self.optimizer.step()
+        self.optimizer_seconds.append(time.perf_counter() - start)
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @staticmethod
+    def _barrier() -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
