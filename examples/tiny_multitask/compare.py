@@ -176,9 +176,8 @@ def calibrate_whole_model(a) -> dict:
     tokens = model.config.patches * statistics.fmean(t["batch"] for t in graph["tasks"])
     correction = [[tokens / 2, 1.0], [tokens, 1.0]]
     for _ in range(4):  # the half-batch prediction moves about in proportion to its correction
-        ratio = predicted(half_graph, fp.scaled_profile(layers, 1.0, correction)) / predicted(
-            graph, fp.scaled_profile(layers, 1.0, correction))
-        correction[0][1] *= half_ratio / ratio
+        table = fp.scaled_profile(layers, 1.0, correction)
+        correction[0][1] *= half_ratio / (predicted(half_graph, table) / predicted(graph, table))
     corrected = fp.scaled_profile(layers, 1.0, correction)
     prediction, half_prediction = predicted(graph, corrected), predicted(half_graph, corrected)
     factor = whole / prediction
@@ -273,8 +272,7 @@ def main() -> None:
                 rounds[m].append(json.loads(out.read_text()))
                 if a.speed_checks:  # the whole model and the optimizer step timed beside the run's steps
                     checks.append(a.workdir / f"check.{m}.{r}.json")
-                    speed = rounds[m][-1]["speed_checks"]
-                    fp.write_check(checks[-1], speed["whole_model_seconds"], speed["optimizer_seconds"])
+                    fp.write_check(checks[-1], **rounds[m][-1]["speed_checks"])
             checks.append(a.workdir / f"check.{r}.json")
             launch_ranks(["--check-rank", str(checks[-1])], "timing the whole model between rounds")
         across = fp.recalibrate_folder(a.workdir, checks)

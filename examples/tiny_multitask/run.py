@@ -166,8 +166,7 @@ def worker(a, setup: dict) -> None:
                     check()
         record["repeats"].append(rep)
     if check:
-        record["speed_checks"] = {"whole_model_seconds": check.whole_model_seconds,
-                                  "optimizer_seconds": check.optimizer_seconds}
+        record["speed_checks"] = check.samples()
     (a.workdir / f"rank.{rank}.json").write_text(json.dumps(record))
     if a.trace:
         events = [None] * dist.get_world_size()

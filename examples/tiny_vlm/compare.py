@@ -141,7 +141,8 @@ def calibrate_whole_model(a) -> dict:
                           str(work / "cluster.json"), "--profile", str(layers), "--dtype", run.DTYPE, "--data",
                           str(work / "lengths.json"), "--batcher", "random-packed", "--gbs",
                           str(run.CALIBRATION_GROUP), "--mbs", str(run.CALIBRATION_GROUP), "--dp", "1",
-                          "--recompute", "none", "--step", "0", "--steps", str(steps), "--json", "--quiet"], capture_output=True, text=True)
+                          "--recompute", "none", "--step", "0", "--steps", str(steps), "--json", "--quiet"],
+                         capture_output=True, text=True)
     if out.returncode != 0:
         sys.stderr.write(out.stderr)
         sys.exit("compare.py: simulating the calibration micro-batches failed")
@@ -238,8 +239,7 @@ def main() -> None:
                 rounds[m].append(json.loads(out.read_text()))
                 if a.speed_checks:  # the whole model and the optimizer step timed beside the run's steps
                     checks.append(a.workdir / f"check.{m}.{r}.json")
-                    speed = rounds[m][-1]["speed_checks"]
-                    fp.write_check(checks[-1], speed["whole_model_seconds"], speed["optimizer_seconds"])
+                    fp.write_check(checks[-1], **rounds[m][-1]["speed_checks"])
             checks.append(a.workdir / f"check.{r}.json")
             run.start_ranks(Path(__file__).resolve(), ["--check-rank", str(checks[-1])])
         planned = {m: predicted_seconds(a, m, a.workdir / m)["predicted_step_seconds"] for m in modes}

@@ -347,8 +347,7 @@ def worker(a, setup: dict) -> None:
         if not np.isfinite(rep["losses"]).all():
             raise SystemExit(f"rank {rank}: the loss diverged: {rep['losses']}")
     if check:
-        record["speed_checks"] = {"whole_model_seconds": check.whole_model_seconds,
-                                  "optimizer_seconds": check.optimizer_seconds}
+        record["speed_checks"] = check.samples()
     Path(a.out).with_suffix(f".{rank}.json").write_text(json.dumps(record))
     if a.trace:
         # The last step of the last repeat, every rank's events on one clock (the step starts together).

@@ -191,6 +191,8 @@ def test_a_speed_check_times_its_own_work_every_nth_call():
     assert len(calls) == 3
     assert len(check.whole_model_seconds) == len(check.optimizer_seconds) == 3
     assert min(check.whole_model_seconds) >= 0.01
+    assert check.samples() == {"whole_model_seconds": check.whole_model_seconds,
+                               "optimizer_seconds": check.optimizer_seconds}
     assert all(q.grad is None for q in layer.parameters())  # its gradients are cleared after its step
     assert any(not torch.equal(a, b) for a, b in zip(before, layer.parameters()))
     with pytest.raises(ValueError, match="at least 1"):

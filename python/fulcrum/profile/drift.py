@@ -160,6 +160,11 @@ class SpeedCheck:
         self.optimizer_seconds.append(time.perf_counter() - start)
         self.optimizer.zero_grad(set_to_none=True)
 
+    def samples(self) -> dict:
+        """The samples so far as JSON, with write_check's argument names (``write_check(path, **samples)``)."""
+        return {"whole_model_seconds": list(self.whole_model_seconds),
+                "optimizer_seconds": list(self.optimizer_seconds)}
+
     @staticmethod
     def _barrier() -> None:
         import torch.distributed as dist
