@@ -10,10 +10,12 @@
    it: every profile entry is corrected for its size and scaled by that ratio (calibrate_whole_model).
 2. Plans each mode with `fulcrum multitask` on that profile and cluster (the `sequential` arrangement, and the
    arrangement `fulcrum multitask` keeps, the fastest it simulated).
-3. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
-   machine does not fall on one mode alone. After every ``--speed-checks``-th measured step (outside the step's
-   time) and after every round the whole model and the optimizer step are timed again on both ranks (never the
-   runs' own steps): a shared host's speed moves within a run, by a third or more within minutes.
+3. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved (in reverse order every
+   other round), so a slow spell of the machine, or a place in the round, does not fall on one mode alone. After
+   every ``--speed-checks``-th measured step (outside the step's time) and after every round the whole model and
+   the optimizer step are timed again on both ranks at once, each sample the slowest rank's (never the runs' own
+   steps): a shared host's speed moves within a run, by a third or more within minutes, and a step waits for
+   its slowest rank.
 4. Scales the layer profile by the median of every whole-model sample and sets the optimizer step to the median of
    every optimizer sample (fulcrum.profile.calibration_across_runs), so the calibration spans the same minutes
    as the runs, and simulates each schedule that ran on them (`fulcrum multitask --load-schedule`).
@@ -21,7 +23,8 @@
    measured_step_seconds`` (the median over steps of each step's median over the rounds),
    ``measured_step_seconds_mean`` (the mean of the same), ``measured_cv`` (the spread of the rounds' means),
    ``prediction_error, within_tolerance, arrangement, planned_step_seconds`` (the simulator's iteration on the
-   calibration before the runs)``, ...}}`` and ``speedup`` (sequential's measured step time over waves').
+   calibration before the runs)``, ...}}``, ``speedup`` (sequential's measured step time over waves') and
+   ``order`` (the modes each round ran, in turn).
 """
 
 from __future__ import annotations
@@ -110,9 +113,11 @@ def check_rank(out_file: Path) -> None:
 def whole_model_seconds(model, warmup: int = 1, repeats: int = 3, scale: float = 1.0) -> list[float]:
     """Seconds of each of ``repeats`` forward and backward passes of both tasks' whole batches (``scale`` of
     them) through the whole model, on every rank at once (both cores busy, as in training), on batches of their
-    own seed (not the runs'). The profile times each layer alone; one autograd graph over all of them also pays
-    for its allocation and the caches refilled between layers."""
+    own seed (not the runs'), each the slowest rank's (a step waits for it). The profile times each layer alone;
+    one autograd graph over all of them also pays for its allocation and the caches refilled between layers."""
     import torch.distributed as dist
+
+    import fulcrum.profile as fp
 
     from model import make_batches
 
@@ -123,7 +128,7 @@ def whole_model_seconds(model, warmup: int = 1, repeats: int = 3, scale: float =
         dist.barrier()
         start = time.perf_counter()
         model.reference_loss(batches)[0].backward()
-        elapsed = time.perf_counter() - start
+        elapsed = fp.slowest_rank_seconds(time.perf_counter() - start)
         model.zero_grad(set_to_none=True)
         if k >= warmup:
             times.append(elapsed)
@@ -262,8 +267,8 @@ def main() -> None:
               f"batches): its entries scaled by {whole_model['factor']:.3f}", flush=True)
         rounds: dict[str, list[dict]] = {m: [] for m in RUN_MODES}
         checks: list[Path] = []
-        for r in range(a.repeats):
-            for m in RUN_MODES:
+        for r, round_modes in enumerate(fp.measurement_order(RUN_MODES, a.repeats)):
+            for m in round_modes:
                 out = a.workdir / f"{m}.{r}.json"
                 done = subprocess.run([sys.executable, str(HERE / "run.py"), *run_args(a, m, a.workdir / m, out)],
                                       text=True)
@@ -282,7 +287,8 @@ def main() -> None:
         table = {"calibration": json.loads((a.workdir / "calibration.json").read_text()),
                  "profile": json.loads((a.workdir / "profile.json").read_text()),
                  "cluster": json.loads((a.workdir / "cluster.json").read_text()),
-                 "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats, "modes": {}}
+                 "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
+                 "order": fp.measurement_order(RUN_MODES, a.repeats), "modes": {}}
     for m in RUN_MODES:
         # Each round's step times are one repeat: a step's median over the rounds, then the median over steps, so
         # that a slow spell of the machine (every pass 1.7-1.8x its usual time for a few steps) moves it little.

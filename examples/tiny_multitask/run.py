@@ -18,7 +18,7 @@ and optimizer step, with the ranks starting each step together. The result (``--
 step_seconds_mean`` (the mean over steps of each step's median over the repeats), ``step_seconds_median``,
 ``step_seconds_cv`` (spread of the repeats' means), ``losses`` and ``task_losses`` (first repeat, warm-up
 included), ``predicted_step_seconds`` (the simulator's iteration of the schedule run) and ``arrangement``; with
-``--speed-checks N``, ``speed_checks{whole_model_seconds, optimizer_seconds}`` (rank 0's, every repeat's).
+``--speed-checks N``, ``speed_checks{whole_model_seconds, optimizer_seconds}`` (the slowest rank's, every repeat's).
 """
 
 from __future__ import annotations

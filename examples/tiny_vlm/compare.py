@@ -7,10 +7,12 @@
    collective in flight slows compute, and the optimizer step; the last three make the cluster file. The whole
    model's forward and backward over calibration micro-batches (not the runs') is timed after every round of
    the profile and set against the profile's prediction for them; every profile entry is scaled by that ratio.
-2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, so a slow spell of the
-   machine does not fall on one mode alone. After every ``--speed-checks``-th measured step (outside the step's
-   time) and after every round the whole model and the optimizer step are timed again on both ranks (never the
-   runs' own steps): a shared host's speed moves within a run, by a third or more within minutes.
+2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved (in reverse order every
+   other round), so a slow spell of the machine, or a place in the round, does not fall on one mode alone. After
+   every ``--speed-checks``-th measured step (outside the step's time) and after every round the whole model and
+   the optimizer step are timed again on both ranks at once, each sample the slowest rank's (never the runs' own
+   steps): a shared host's speed moves within a run, by a third or more within minutes, and a step waits for
+   its slowest rank.
 3. Simulates each mode's measured steps with the profile and the cluster file (`fulcrum simulate`: same
    samples, batches and schedule): first on the calibration before the runs (``planned_step_seconds``), then,
    as the prediction, with the profile scaled by the median of every whole-model sample and the optimizer step
@@ -18,7 +20,7 @@
    minutes as the runs.
 4. Prints predicted and measured step times side by side and writes
    ``modes{<mode>{predicted_step_seconds, planned_step_seconds, measured_step_seconds, measured_cv,
-   tokens_per_second, ...}}``.
+   tokens_per_second, ...}}`` and ``order`` (the modes each round ran, in turn).
 
 The measured step time is the mean over the measured steps of each step's median over the rounds (run.timing);
 ``measured_cv`` is the spread of the rounds' means.
@@ -99,9 +101,12 @@ def check_rank(out_file: Path) -> None:
 
 def whole_model_seconds(model, warmup: int = 1, repeats: int = 3) -> list[float]:
     """Seconds of each of ``repeats`` forward and backward passes of the whole model over the calibration
-    micro-batches, on every rank at once (both cores busy, as in training). The profile times each layer alone;
-    one autograd graph over all of them also pays for its allocation and the caches refilled between layers."""
+    micro-batches, on every rank at once (both cores busy, as in training), each the slowest rank's (a step waits
+    for it). The profile times each layer alone; one autograd graph over all of them also pays for its allocation
+    and the caches refilled between layers."""
     import torch.distributed as dist
+
+    import fulcrum.profile as fp
 
     batches = run.calibration_batches(model.config)
     times = []
@@ -109,7 +114,7 @@ def whole_model_seconds(model, warmup: int = 1, repeats: int = 3) -> list[float]
         dist.barrier()
         start = time.perf_counter()
         run.whole_model_pass(model, batches)
-        elapsed = time.perf_counter() - start
+        elapsed = fp.slowest_rank_seconds(time.perf_counter() - start)
         model.zero_grad(set_to_none=True)
         if k >= warmup:
             times.append(elapsed)
@@ -229,8 +234,8 @@ def main() -> None:
               f"from the layer profile: its entries scaled by {whole_model['factor']:.3f}", flush=True)
         rounds: dict[str, list[dict]] = {m: [] for m in modes}
         checks: list[Path] = []
-        for r in range(a.repeats):
-            for m in modes:
+        for r, round_modes in enumerate(fp.measurement_order(modes, a.repeats)):
+            for m in round_modes:
                 out = a.workdir / f"{m}.{r}.json"
                 done = subprocess.run([sys.executable, str(HERE / "run.py"),
                                        *run_args(a, m, a.workdir / m, out)], text=True)
@@ -249,7 +254,8 @@ def main() -> None:
         table = {"calibration": json.loads((a.workdir / "calibration.json").read_text()),
                  "profile": json.loads((a.workdir / "profile.json").read_text()),
                  "cluster": json.loads((a.workdir / "cluster.json").read_text()),
-                 "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats, "modes": {}}
+                 "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
+                 "order": fp.measurement_order(modes, a.repeats), "modes": {}}
         for m in modes:
             stats = run.timing([t for x in rounds[m] for t in x["step_seconds_by_repeat"]],
                                rounds[m][0]["real_tokens_per_step"])

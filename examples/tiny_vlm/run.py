@@ -28,7 +28,7 @@ each step's median over the repeats), ``step_seconds_cv`` (spread of the repeats
 ``[steps trained, loss]`` pairs, the loss per labelled token on ``--held-out`` samples of the same task that no
 mode trains on, before training, every ``--eval-every`` steps (warm-up included) and at the end (first repeat,
 outside the timed steps), so modes that see the epoch's samples in different orders compare on what they
-learned. With ``--speed-checks N``, ``speed_checks{whole_model_seconds, optimizer_seconds}`` (rank 0's).
+learned. With ``--speed-checks N``, ``speed_checks{whole_model_seconds, optimizer_seconds}`` (the slowest rank's).
 """
 
 from __future__ import annotations

@@ -199,6 +199,12 @@ def test_a_speed_check_times_its_own_work_every_nth_call():
         fp.SpeedCheck(forward_backward, layer.parameters(), every=0)
 
 
+def test_odd_rounds_run_the_modes_in_reverse():
+    assert fp.measurement_order(("a", "b", "c"), 3) == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
+    assert fp.measurement_order(["a", "b"], 1) == [["a", "b"]]
+    assert fp.measurement_order(["a", "b"], 0) == []
+
+
 def test_a_size_correction_is_linear_in_log_tokens_between_its_points():
     at = fp.size_correction([[1024, 1.0], [256, 1.3]])  # given in any order
     assert at(256) == pytest.approx(1.3) and at(1024) == pytest.approx(1.0)
@@ -212,3 +218,41 @@ def test_a_size_correction_is_linear_in_log_tokens_between_its_points():
     scaled = fp.scaled_profile(table, 2.0, [[256, 1.3], [1024, 1.0]])
     assert scaled["entries"][0]["seconds"] == pytest.approx([2.6, 4.6, 8.0])
     assert fp.scaled_profile(table, 2.0)["entries"][0]["seconds"] == pytest.approx([2.0, 4.0, 8.0])
+
+
+def _slowest_rank_worker(rank: int, store: str, out: str) -> None:
+    import time
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    layer = torch.nn.Linear(4, 4)
+
+    def forward_backward():  # rank 1 is the straggler
+        time.sleep(0.05 * rank)
+        layer(torch.ones(2, 4)).sum().backward()
+
+    check = fp.SpeedCheck(forward_backward, layer.parameters())
+    check()
+    check()
+    result = {"slowest": fp.slowest_rank_seconds(1.0 + rank), "check": check.samples(),
+              "optimizer": fp.time_optimizer_step(layer.parameters(), warmup=0, repeats=2)}
+    dist.destroy_process_group()
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(result, f)
+
+
+def test_every_rank_keeps_the_slowest_ranks_time(tmp_path):
+    import torch.multiprocessing as mp
+
+    assert fp.slowest_rank_seconds(0.25) == 0.25  # outside a process group: its own
+    out = tmp_path / "rank"
+    mp.spawn(_slowest_rank_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2)
+    results = [json.loads((tmp_path / f"rank.{r}").read_text()) for r in range(2)]
+    assert [r["slowest"] for r in results] == [2.0, 2.0]
+    # Rank 0's own pass takes no time to speak of; the samples both ranks keep are rank 1's 50 ms.
+    assert results[0]["check"] == results[1]["check"]
+    assert len(results[0]["check"]["whole_model_seconds"]) == 2
+    assert min(results[0]["check"]["whole_model_seconds"]) >= 0.05
+    assert results[0]["optimizer"] == results[1]["optimizer"]

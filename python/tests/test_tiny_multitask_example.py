@@ -156,6 +156,7 @@ def test_compare_predicts_the_schedules_that_ran(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     table = json.loads(out.read_text())
     assert set(table["modes"]) == {"sequential", "waves"}
+    assert table["order"] == [["sequential", "waves"]]
     # The profile the runs are predicted with is the layers' own corrected for size and scaled by the median of
     # the whole model's samples: the calibration's three, the check's three after the one round, and one after
     # each measured step of each run (two runs of two steps).

@@ -214,9 +214,26 @@ def calibrate_cpu(parameters) -> CpuCalibration:
                           optimizer_step_seconds=tuple(steps))
 
 
+def slowest_rank_seconds(seconds: float, group=None) -> float:
+    """The largest of ``seconds`` over the ranks of the default (or given) process group; ``seconds`` itself
+    outside one. A synchronous step goes at its slowest rank's pace, and on a shared host the slowest of two
+    ranks doing the same work runs several per cent behind their mean, a different rank from one step to the
+    next; the same
+    piece of work timed on every rank at once and taken at its slowest carries that wait. Call on every rank."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return seconds
+    value = torch.tensor([seconds], dtype=torch.float64)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
+    return float(value.item())
+
+
 def time_optimizer_step(parameters, *, warmup: int = 3, repeats: int = 9) -> list[float]:
     """Seconds of each of ``repeats`` AdamW steps over ``parameters``, on every rank of the default process group
-    at once (a barrier before each). Their gradients are set to random values and the steps change them."""
+    at once (a barrier before each), each the slowest rank's (slowest_rank_seconds). Their gradients are set to
+    random values and the steps change them."""
     import torch
     import torch.distributed as dist
 
@@ -229,6 +246,7 @@ def time_optimizer_step(parameters, *, warmup: int = 3, repeats: int = 9) -> lis
         dist.barrier()
         start = time.perf_counter()
         optimizer.step()
+        elapsed = slowest_rank_seconds(time.perf_counter() - start)
         if i >= warmup:
-            times.append(time.perf_counter() - start)
+            times.append(elapsed)
     return times

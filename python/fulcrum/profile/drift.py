@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, Union
 
-from fulcrum.profile.comm import optimizer_memory_bytes_per_second
+from fulcrum.profile.comm import optimizer_memory_bytes_per_second, slowest_rank_seconds
 from fulcrum.profile.layers import write_profile
 
 
@@ -93,6 +93,13 @@ def calibration_across_runs(layer_table: dict, cluster: dict, *, whole_model_pre
             record)
 
 
+def measurement_order(modes: Sequence[str], repeats: int) -> list[list[str]]:
+    """The modes each of ``repeats`` rounds of a measurement runs, in order: every mode once a round, odd rounds
+    in reverse, so that neither a slow spell of the host nor a place in the round (first after the checks
+    between rounds, last before them) falls on one mode alone."""
+    return [list(modes) if r % 2 == 0 else list(modes)[::-1] for r in range(repeats)]
+
+
 def write_check(path: Union[str, os.PathLike], whole_model_seconds: Sequence[float],
                 optimizer_seconds: Sequence[float]) -> None:
     """One check taken between rounds: the whole model's times and the optimizer step's, as JSON."""
@@ -129,7 +136,8 @@ class SpeedCheck:
     """The host's speed beside a measurement's steps rather than between its rounds: called after a step, outside
     the step's time, it times ``forward_backward()`` (a fixed piece of work on a model of its own, never the one
     being measured) and then an AdamW step over ``parameters`` with the gradients that left, each on every rank
-    of the default process group at once (a barrier before each). It times every ``every``-th call, so a long
+    of the default process group at once (a barrier before each), and keeps the slowest rank's time of each
+    (slowest_rank_seconds). It times every ``every``-th call, so a long
     check can sample a run sparsely. ``whole_model_seconds`` and ``optimizer_seconds`` are write_check's two
     lists: a shared host's speed moves by a third or more within minutes, and samples beside the steps move with
     it."""
@@ -153,11 +161,11 @@ class SpeedCheck:
         self._barrier()
         start = time.perf_counter()
         self.forward_backward()
-        self.whole_model_seconds.append(time.perf_counter() - start)
+        self.whole_model_seconds.append(slowest_rank_seconds(time.perf_counter() - start))
         self._barrier()
         start = time.perf_counter()
         self.optimizer.step()
-        self.optimizer_seconds.append(time.perf_counter() - start)
+        self.optimizer_seconds.append(slowest_rank_seconds(time.perf_counter() - start))
         self.optimizer.zero_grad(set_to_none=True)
 
     def samples(self) -> dict:
