@@ -218,8 +218,8 @@ def slowest_rank_seconds(seconds: float, group=None) -> float:
     """The largest of ``seconds`` over the ranks of the default (or given) process group; ``seconds`` itself
     outside one. A synchronous step goes at its slowest rank's pace, and on a shared host the slowest of two
     ranks doing the same work runs several per cent behind their mean, a different rank from one step to the
-    next; the same
-    piece of work timed on every rank at once and taken at its slowest carries that wait. Call on every rank."""
+    next; the same piece of work timed on every rank at once and taken at its slowest carries that wait. Call on
+    every rank."""
     import torch
     import torch.distributed as dist
 
