@@ -10,12 +10,8 @@
    it: every profile entry is corrected for its size and scaled by that ratio (calibrate_whole_model).
 2. Plans each mode with `fulcrum multitask` on that profile and cluster (the `sequential` arrangement, and the
    arrangement `fulcrum multitask` keeps, the fastest it simulated).
-3. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved (in reverse order every
-   other round), so a slow spell of the machine, or a place in the round, does not fall on one mode alone. After
-   every ``--speed-checks``-th measured step (outside the step's time) and after every round the whole model and
-   the optimizer step are timed again on both ranks at once, each sample the slowest rank's (never the runs' own
-   steps): a shared host's speed moves within a run, by a third or more within minutes, and a step waits for
-   its slowest rank.
+3. Runs each mode for real (run.py) in interleaved rounds, sampling the host beside and between them as
+   tiny_vlm's compare.py does (fulcrum.profile.measurement_order, SpeedCheck; ``--repeats``, ``--speed-checks``).
 4. Scales the layer profile by the median of every whole-model sample and sets the optimizer step to the median of
    every optimizer sample (fulcrum.profile.calibration_across_runs), so the calibration spans the same minutes
    as the runs, and simulates each schedule that ran on them (`fulcrum multitask --load-schedule`).
@@ -267,7 +263,8 @@ def main() -> None:
               f"batches): its entries scaled by {whole_model['factor']:.3f}", flush=True)
         rounds: dict[str, list[dict]] = {m: [] for m in RUN_MODES}
         checks: list[Path] = []
-        for r, round_modes in enumerate(fp.measurement_order(RUN_MODES, a.repeats)):
+        order = fp.measurement_order(RUN_MODES, a.repeats)
+        for r, round_modes in enumerate(order):
             for m in round_modes:
                 out = a.workdir / f"{m}.{r}.json"
                 done = subprocess.run([sys.executable, str(HERE / "run.py"), *run_args(a, m, a.workdir / m, out)],
@@ -288,7 +285,7 @@ def main() -> None:
                  "profile": json.loads((a.workdir / "profile.json").read_text()),
                  "cluster": json.loads((a.workdir / "cluster.json").read_text()),
                  "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
-                 "order": fp.measurement_order(RUN_MODES, a.repeats), "modes": {}}
+                 "order": order, "modes": {}}
     for m in RUN_MODES:
         # Each round's step times are one repeat: a step's median over the rounds, then the median over steps, so
         # that a slow spell of the machine (every pass 1.7-1.8x its usual time for a few steps) moves it little.

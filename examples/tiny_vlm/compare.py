@@ -7,12 +7,11 @@
    collective in flight slows compute, and the optimizer step; the last three make the cluster file. The whole
    model's forward and backward over calibration micro-batches (not the runs') is timed after every round of
    the profile and set against the profile's prediction for them; every profile entry is scaled by that ratio.
-2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved (in reverse order every
-   other round), so a slow spell of the machine, or a place in the round, does not fall on one mode alone. After
-   every ``--speed-checks``-th measured step (outside the step's time) and after every round the whole model and
-   the optimizer step are timed again on both ranks at once, each sample the slowest rank's (never the runs' own
-   steps): a shared host's speed moves within a run, by a third or more within minutes, and a step waits for
-   its slowest rank.
+2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, odd rounds in reverse
+   (fulcrum.profile.measurement_order). After every ``--speed-checks``-th measured step (outside its time) and
+   after every round the whole model and the optimizer step are timed again, never in the runs' own steps, each
+   sample the slowest rank's (fulcrum.profile.SpeedCheck, slowest_rank_seconds): a shared host's speed moves
+   within a run, by a third or more within minutes.
 3. Simulates each mode's measured steps with the profile and the cluster file (`fulcrum simulate`: same
    samples, batches and schedule): first on the calibration before the runs (``planned_step_seconds``), then,
    as the prediction, with the profile scaled by the median of every whole-model sample and the optimizer step
@@ -234,7 +233,8 @@ def main() -> None:
               f"from the layer profile: its entries scaled by {whole_model['factor']:.3f}", flush=True)
         rounds: dict[str, list[dict]] = {m: [] for m in modes}
         checks: list[Path] = []
-        for r, round_modes in enumerate(fp.measurement_order(modes, a.repeats)):
+        order = fp.measurement_order(modes, a.repeats)
+        for r, round_modes in enumerate(order):
             for m in round_modes:
                 out = a.workdir / f"{m}.{r}.json"
                 done = subprocess.run([sys.executable, str(HERE / "run.py"),
@@ -255,7 +255,7 @@ def main() -> None:
                  "profile": json.loads((a.workdir / "profile.json").read_text()),
                  "cluster": json.loads((a.workdir / "cluster.json").read_text()),
                  "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
-                 "order": fp.measurement_order(modes, a.repeats), "modes": {}}
+                 "order": order, "modes": {}}
         for m in modes:
             stats = run.timing([t for x in rounds[m] for t in x["step_seconds_by_repeat"]],
                                rounds[m][0]["real_tokens_per_step"])
