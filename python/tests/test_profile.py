@@ -147,6 +147,31 @@ def test_the_cpu_cluster_reproduces_the_measured_all_reduce(tmp_path):
     assert cluster["device"]["collective_latency_seconds"] == pytest.approx(0.5e-3)
 
 
+def test_all_reduces_are_fitted_on_their_mean_time_with_the_sizes_in_turn(monkeypatch):
+    """Each size costs 1 ms + S / 1 GB/s, and two of its five measured all-reduces are woken 3 ms late (the
+    bimodal wait of a shared host): the fit takes the mean, 1 ms + 1.2 ms of latency, where the median would
+    take the prompt mode alone."""
+    import torch.distributed as dist
+
+    clock, called = [0.0], []
+
+    def all_reduce(buffer, group=None):
+        called.append(buffer.numel() * 4)
+        late = called.count(called[-1]) in (2, 3)  # the first measured repeats, after one warm-up
+        clock[0] += 1e-3 + buffer.numel() * 4 / 1e9 + (3e-3 if late else 0.0)
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(dist, "barrier", lambda group=None: None)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(fp.comm.time, "perf_counter", lambda: clock[0])
+    sizes = [1 << 12, 1 << 16, 1 << 20]
+    fit = fp.benchmark_all_reduce(sizes, repeats=5, warmup=1)
+    # Every repeat (the warm-up's too) takes each size once, in turn, so a slow spell falls on all of them.
+    assert called == sizes * 6
+    assert fit.seconds == pytest.approx([1e-3 + s / 1e9 + 1.2e-3 for s in sizes])
+    assert fit.latency_seconds == pytest.approx(2.2e-3) and fit.bytes_per_second == pytest.approx(1e9)
+
+
 def test_a_calibration_across_runs_takes_the_median_of_every_sample():
     fit = fp.fit_alpha_beta("all_reduce", 2, [1e6, 4e6], [1e-3 + 1e6 / 2e9, 1e-3 + 4e6 / 2e9])
     cluster = fp.cpu_cluster(2, fit, compute_slowdown=0.6, optimizer_seconds=0.02, optimizer_parameters=1000)

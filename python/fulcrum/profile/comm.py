@@ -58,25 +58,27 @@ def fit_alpha_beta(op: str, ranks: int, sizes_bytes: Sequence[float], seconds: S
 
 
 def benchmark_all_reduce(sizes_bytes: Iterable[int] = (1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), *,
-                         repeats: int = 10, warmup: int = 3, group=None) -> CollectiveFit:
-    """Times float32 all-reduces of each size on the default (or given) process group, the median of
-    ``repeats`` after ``warmup``, with a barrier before each so every rank starts together. Call on every rank."""
+                         repeats: int = 40, warmup: int = 3, group=None) -> CollectiveFit:
+    """Times float32 all-reduces of each size on the default (or given) process group, with a barrier before
+    each so every rank starts together, and fits the mean time of each size after ``warmup``. Every repeat runs
+    each size once, in turn, so a slow spell of the host falls on all sizes alike. The mean, not the median: a
+    training step pays for every collective it runs, so the simulator needs their expected time, and on a shared
+    host that time is bimodal (a small all-reduce on two vCPUs took about 0.5 ms, or 3-4 ms a third to a half of
+    the time), where the median lands on either mode by chance. Call on every rank."""
     import torch
     import torch.distributed as dist
 
-    sizes, times = [], []
-    for size in sizes_bytes:
-        buffer = torch.ones(max(1, int(size) // 4), dtype=torch.float32)
-        runs = []
-        for i in range(warmup + repeats):
+    buffers = [torch.ones(max(1, int(size) // 4), dtype=torch.float32) for size in sizes_bytes]
+    runs: list[list[float]] = [[] for _ in buffers]
+    for i in range(warmup + repeats):
+        for buffer, times in zip(buffers, runs):
             dist.barrier(group=group)
             start = time.perf_counter()
             dist.all_reduce(buffer, group=group)
             if i >= warmup:
-                runs.append(time.perf_counter() - start)
-        sizes.append(buffer.numel() * 4)
-        times.append(statistics.median(runs))
-    return fit_alpha_beta("all_reduce", dist.get_world_size(group), sizes, times)
+                times.append(time.perf_counter() - start)
+    return fit_alpha_beta("all_reduce", dist.get_world_size(group), [b.numel() * 4 for b in buffers],
+                          [statistics.fmean(times) for times in runs])
 
 
 def measure_compute_slowdown(compute, *, size_bytes: int = 1 << 24, repeats: int = 9, group=None) -> float:
@@ -199,7 +201,7 @@ def calibrate_cpu(parameters) -> CpuCalibration:
     import torch
     import torch.distributed as dist
 
-    fit = benchmark_all_reduce((1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24), repeats=9)
+    fit = benchmark_all_reduce((1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24))
     a = torch.randn(256, 256)
 
     def compute():  # about twice an 8 MB all-reduce on two CPU ranks
