@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -62,11 +63,15 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
     # The whole model is timed after every round of the profile, so a slow spell of the machine moves both; at
     # the tasks' whole batches and at half of them, one pass of each in turn, for the size correction
     # (calibrate_whole_model): the ratio of a pair is taken in the same second, whatever the host's speed.
+    # The batches are made once, before any clock starts, as the runs' are: a pass on tensors just made runs at
+    # another speed (the two sizes' ratio moved by 4-8% on this host).
     whole, half = [], []
+    whole_batches, half_batches = calibration_batches(model, 1.0), calibration_batches(model, 0.5)
 
     def after_round():
         for k in range(4):
-            pair = whole_model_seconds(model, warmup=0, repeats=1), whole_model_seconds(model, 0, 1, scale=0.5)
+            pair = (whole_model_seconds(model, warmup=0, repeats=1, batches=whole_batches),
+                    whole_model_seconds(model, warmup=0, repeats=1, batches=half_batches))
             if k:  # the first pair warms up
                 whole.extend(pair[0])
                 half.extend(pair[1])
@@ -106,19 +111,24 @@ def check_rank(out_file: Path) -> None:
     end_rank()
 
 
-def whole_model_seconds(model, warmup: int = 1, repeats: int = 3, scale: float = 1.0) -> list[float]:
-    """Seconds of each of ``repeats`` forward and backward passes of both tasks' whole batches (``scale`` of
-    them) through the whole model, on every rank at once (both cores busy, as in training), on batches of their
-    own seed (not the runs'), each the slowest rank's (a step waits for it). The profile times each layer alone;
-    one autograd graph over all of them also pays for its allocation and the caches refilled between layers."""
+def calibration_batches(model, scale: float = 1.0) -> list[dict]:
+    """Both tasks' batches of their own seed (not the runs'), ``scale`` of each task's samples."""
+    from model import make_batches
+
+    return [{k: v[:round(v.shape[0] * scale)] for k, v in b.items()}
+            for b in make_batches(model.config, 0, seed=1000)]
+
+
+def whole_model_seconds(model, warmup: int = 1, repeats: int = 3, batches: Optional[list] = None) -> list[float]:
+    """Seconds of each of ``repeats`` forward and backward passes of both tasks' ``batches`` (default: their
+    whole calibration batches) through the whole model, on every rank at once (both cores busy, as in training),
+    each the slowest rank's (a step waits for it). The profile times each layer alone; one autograd graph over
+    all of them also pays for its allocation and the caches refilled between layers."""
     import torch.distributed as dist
 
     import fulcrum.profile as fp
 
-    from model import make_batches
-
-    batches = [{k: v[:round(v.shape[0] * scale)] for k, v in b.items()}
-               for b in make_batches(model.config, 0, seed=1000)]
+    batches = batches if batches is not None else calibration_batches(model)
     times = []
     for k in range(warmup + repeats):
         dist.barrier()
