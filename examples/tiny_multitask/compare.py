@@ -64,7 +64,7 @@ def calibrate_rank(out_dir: Path, rounds: int) -> None:
     # the tasks' whole batches and at half of them, one pass of each in turn, for the size correction
     # (calibrate_whole_model): the ratio of a pair is taken in the same second, whatever the host's speed.
     # The batches are made once, before any clock starts, as the runs' are: a pass on tensors just made runs at
-    # another speed (the two sizes' ratio moved by 4-8% on this host).
+    # another speed (the two sizes' ratio moved by 2-10% on this host).
     whole, half = [], []
     whole_batches, half_batches = calibration_batches(model, 1.0), calibration_batches(model, 0.5)
 

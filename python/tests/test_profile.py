@@ -2,6 +2,7 @@
 
 import json
 import sys
+import types
 
 import pytest
 
@@ -163,7 +164,7 @@ def test_all_reduces_are_fitted_on_their_mean_time_with_the_sizes_in_turn(monkey
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
     monkeypatch.setattr(dist, "barrier", lambda group=None: None)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
-    monkeypatch.setattr(fp.comm.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(fp.comm, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     sizes = [1 << 12, 1 << 16, 1 << 20]
     fit = fp.benchmark_all_reduce(sizes, repeats=5, warmup=1)
     # Every repeat (the warm-up's too) takes each size once, in turn, so a slow spell falls on all of them.

@@ -63,8 +63,8 @@ def benchmark_all_reduce(sizes_bytes: Iterable[int] = (1 << 16, 1 << 18, 1 << 20
     each so every rank starts together, and fits the mean time of each size after ``warmup``. Every repeat runs
     each size once, in turn, so a slow spell of the host falls on all sizes alike. The mean, not the median: a
     training step pays for every collective it runs, so the simulator needs their expected time, and on a shared
-    host that time is bimodal (a small all-reduce on two vCPUs took about 0.5 ms, or 3-4 ms a third to a half of
-    the time), where the median lands on either mode by chance. Call on every rank."""
+    host that time is bimodal (a rank's communication thread woken at once or milliseconds late), where the
+    median lands on either mode by chance. Call on every rank."""
     import torch
     import torch.distributed as dist
 
