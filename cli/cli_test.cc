@@ -837,6 +837,20 @@ TEST_F(Cli, MultitaskBadInput) {
   ASSERT_EQ(run("multitask --tasks multitask-clip-4 --cluster a800:16 --save-schedule " + saved16).status, 0);
   ASSERT_EQ(run("simulate --model gpt-11b --cluster a100:16 --gbs 64 --tp 2 --pp 2 --quiet --save-schedule " +
                 pipeline).status, 0);
+  // The saved one without its gradient sync: well formed, but its shared layers' copies would train apart.
+  const std::string unsynced = (dir_ / "unsynced.json").string();
+  {
+    nlohmann::json doc = nlohmann::json::parse(slurp(saved));
+    doc["tasks"]["sync_groups"] = nlohmann::json::array();
+    for (auto& program : doc["programs"]) {
+      nlohmann::json kept = nlohmann::json::array();
+      for (const auto& in : program) {
+        if (in[0] != "collective") kept.push_back(in);
+      }
+      program = kept;
+    }
+    std::ofstream(unsynced) << doc.dump();
+  }
   auto graph = [&](const std::string& name, const std::string& task) {
     const fs::path file = dir_ / name;
     std::ofstream(file) << R"({"fulcrum": 1, "kind": "tasks", "name": "bad", "model": "vit-3b", "tasks": [)" << task
@@ -858,6 +872,7 @@ TEST_F(Cli, MultitaskBadInput) {
                                                                "but the cluster 'a800:8' has 8"},
       {"--tasks qwen-val --load-schedule " + saved, "saved.json: the schedule covers"},
       {"--tasks multitask-clip-4 --load-schedule " + pipeline, "pipeline.json: not a multitask schedule"},
+      {"--tasks multitask-clip-4 --load-schedule " + unsynced, "unsynced.json: layer 0 of component"},
       {"--tasks multitask-clip-4 --load-schedule " + saved + " --save-schedule x.json", "--load-schedule times"},
       {"--tasks multitask-clip-4 --zero 2", "--zero 2: a multitask plan all-reduces gradients in full"},
   };

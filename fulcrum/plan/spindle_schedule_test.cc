@@ -1,5 +1,8 @@
 #include "fulcrum/plan/spindle_schedule.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -106,6 +109,14 @@ class BrokenWaves : public ::testing::Test {
     }
     return "";
   }
+  std::string simulation_error_of(const Schedule& s) const {
+    try {
+      p_.run(s);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  }
   Planned p_;
   Schedule s_;
 };
@@ -201,6 +212,42 @@ TEST_F(BrokenWaves, AMissingSyncCollective) {
     EXPECT_THAT(error_of(s), HasSubstr("is missing on device"));
     return;
   }
+}
+
+// A shared layer whose copies no group all-reduces, or one all-reduced over fewer devices than hold it, is a
+// schedule that trains its copies apart: well formed, so validate() passes it, but the simulator knows the model.
+TEST_F(BrokenWaves, CopiesOfALayerThatNoSyncGroupKeepsEqual) {
+  ASSERT_NO_THROW(p_.run(s_));
+  // The widest group of several layers: one of them taken out still leaves a group of layers that run.
+  const auto group = std::max_element(s_.tasks.sync_groups.begin(), s_.tasks.sync_groups.end(),
+                                      [](const SyncGroupSpec& a, const SyncGroupSpec& b) {
+                                        return std::pair(a.layers.size() > 1, a.devices.size() / a.tp) <
+                                               std::pair(b.layers.size() > 1, b.devices.size() / b.tp);
+                                      });
+  ASSERT_GE(group->layers.size(), 2u);
+  ASSERT_GE(group->devices.size() / group->tp, 2u);
+  const int g = static_cast<int>(group - s_.tasks.sync_groups.begin());
+  const auto [component, layer] = group->layers.front();
+  const std::string held = fmt::format("layer {} of component '{}' is held by devices", layer,
+                                       p_.graph.model.components[component].name);
+
+  Schedule unsynced = s_;
+  unsynced.tasks.sync_groups[g].layers.erase(unsynced.tasks.sync_groups[g].layers.begin());
+  ASSERT_NO_THROW(validate(unsynced));
+  EXPECT_THAT(simulation_error_of(unsynced), HasSubstr(held));
+  EXPECT_THAT(simulation_error_of(unsynced), HasSubstr("no sync group over all of them"));
+
+  // The group over one device fewer, that device's collective gone with it: one copy is left out.
+  Schedule partial = s_;
+  const int32_t left_out = partial.tasks.sync_groups[g].devices.back();
+  partial.tasks.sync_groups[g].devices.pop_back();
+  ASSERT_EQ(partial.tasks.sync_groups[g].tp, 1) << "the two waves apart use data parallelism only";
+  auto& ins = partial.programs[left_out].instructions;
+  ins.erase(std::remove_if(ins.begin(), ins.end(),
+                           [&](const Instruction& in) { return in.op == OpKind::kCollective && in.stage == g; }),
+            ins.end());
+  ASSERT_NO_THROW(validate(partial));
+  EXPECT_THAT(simulation_error_of(partial), HasSubstr(held));
 }
 
 // Moved from where their gradients are whole to the end of every program, the same all-reduces no longer run

@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <tuple>
 #include <utility>
 
@@ -345,6 +346,42 @@ class Simulator {
           fail("sync group {} names layer {} of component {}, which model '{}' does not have", g, layer, component,
                model_.name);
         }
+      }
+    }
+    check_copies_are_synchronised();
+  }
+
+  // A trainable layer held by more than one copy of its shards (slices of several tasks, or data parallelism)
+  // needs one sync group over every device that holds it; without it the copies train apart and nothing fails.
+  void check_copies_are_synchronised() const {
+    struct Holders {
+      std::vector<int> devices;
+      int tp = 0;  // the shards every slice's split refines
+    };
+    std::map<std::pair<int, int>, Holders> held;
+    for (const TaskSlice& sl : s_.tasks.slices) {
+      if (!model_.components[sl.component].trainable) continue;
+      for (int64_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
+        Holders& h = held[{sl.component, static_cast<int>(l)}];
+        h.devices.insert(h.devices.end(), sl.devices.begin(), sl.devices.end());
+        h.tp = std::gcd(h.tp, static_cast<int>(sl.tp));
+      }
+    }
+    for (auto& [key, h] : held) {
+      const auto [component, layer] = key;
+      if (model_.components[component].layers[layer].parameters() == 0) continue;
+      std::sort(h.devices.begin(), h.devices.end());
+      h.devices.erase(std::unique(h.devices.begin(), h.devices.end()), h.devices.end());
+      if (static_cast<int>(h.devices.size()) / std::gcd(h.tp, static_cast<int>(h.devices.size())) < 2) continue;
+      const auto keeps = [&](const SyncGroupSpec& g) {
+        return std::find(g.layers.begin(), g.layers.end(), key) != g.layers.end() &&
+               std::includes(g.devices.begin(), g.devices.end(), h.devices.begin(), h.devices.end());
+      };
+      const bool kept = std::any_of(s_.tasks.sync_groups.begin(), s_.tasks.sync_groups.end(), keeps);
+      if (!kept) {
+        fail("layer {} of component '{}' is held by devices {} and no sync group over all of them keeps its copies "
+             "equal",
+             layer, model_.components[component].name, fmt::join(h.devices, ","));
       }
     }
   }

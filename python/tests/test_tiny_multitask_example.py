@@ -147,6 +147,16 @@ def test_wave_plans_are_checked(tmp_path):
     with pytest.raises(ValueError, match="2 devices, but 1 ranks"):
         fr.WaveRuntime(example.TinyMultitask(), graph, doc)
 
+    # Without its gradient sync the schedule is well formed, but the copies of every shared layer would train apart.
+    from fulcrum.runtime.waves import check_copies_synchronised
+
+    components = example.TinyMultitask().components
+    check_copies_synchronised(fr.WavePlan.from_json(doc), graph["model"], components)
+    unsynced = dict(doc, tasks=dict(doc["tasks"], sync_groups=[]),
+                    programs=[[i for i in p if i[0] != "collective"] for p in doc["programs"]])
+    with pytest.raises(ValueError, match=r"layer 0 of component 'vision' is held by devices \[0, 1\] and no sync"):
+        check_copies_synchronised(fr.WavePlan.from_json(unsynced), graph["model"], components)
+
 
 def test_compare_predicts_the_schedules_that_ran(tmp_path):
     out, work = tmp_path / "table.json", tmp_path / "work"

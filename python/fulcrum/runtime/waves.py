@@ -100,6 +100,25 @@ class _Node:
     terminal: bool    # no node of the task takes its output: its output gives the task's loss
 
 
+def check_copies_synchronised(plan: WavePlan, model_doc: Mapping[str, Any], components: Mapping[str, Sequence]) -> None:
+    """Raises ValueError unless every trainable layer that several devices hold (slices of several tasks, or data
+    parallelism) is in a sync group over all of them: without one its copies train apart and nothing fails.
+    ``components`` maps each component's name to its layers (modules), as the model's ``components`` does."""
+    holders: dict[tuple, set] = {}
+    for s in plan.slices:
+        for layer in range(s.first_layer, s.first_layer + s.layers):
+            holders.setdefault((s.component, layer), set()).update(s.devices)
+    for (c, layer), devices in sorted(holders.items()):
+        doc = model_doc["components"][c]
+        if len(devices) < 2 or not doc.get("trainable", True):
+            continue
+        if not any(True for _ in components[doc["name"]][layer].parameters()):
+            continue
+        if not any((c, layer) in g.layers and devices <= set(g.devices) for g in plan.sync_groups):
+            raise ValueError(f"the schedule: layer {layer} of component {doc['name']!r} is held by devices "
+                             f"{sorted(devices)} and no sync group over all of them keeps its copies equal")
+
+
 class WaveRuntime:
     """A training step of a multi-task ``model`` as the multitask schedule ``plan`` lays it out.
 
@@ -153,6 +172,7 @@ class WaveRuntime:
             self.tasks.append(nodes)
             self.batch_sizes.append(int(t["batch"]))
         self._wire()
+        check_copies_synchronised(p, model_doc, model.components)
         self.groups = []
         for g in p.sync_groups:  # every rank creates every group, in the same order, as new_group requires
             pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
