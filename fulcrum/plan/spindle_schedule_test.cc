@@ -218,6 +218,7 @@ TEST_F(BrokenWaves, AMissingSyncCollective) {
 // schedule that trains its copies apart: well formed, so validate() passes it, but the simulator knows the model.
 TEST_F(BrokenWaves, CopiesOfALayerThatNoSyncGroupKeepsEqual) {
   ASSERT_NO_THROW(p_.run(s_));
+  ASSERT_FALSE(s_.tasks.sync_groups.empty());
   // The widest group of several layers: one of them taken out still leaves a group of layers that run.
   const auto group = std::max_element(s_.tasks.sync_groups.begin(), s_.tasks.sync_groups.end(),
                                       [](const SyncGroupSpec& a, const SyncGroupSpec& b) {

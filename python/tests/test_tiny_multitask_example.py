@@ -154,8 +154,10 @@ def test_wave_plans_are_checked(tmp_path):
     check_copies_synchronised(fr.WavePlan.from_json(doc), graph["model"], components)
     unsynced = dict(doc, tasks=dict(doc["tasks"], sync_groups=[]),
                     programs=[[i for i in p if i[0] != "collective"] for p in doc["programs"]])
-    with pytest.raises(ValueError, match=r"layer 0 of component 'vision' is held by devices \[0, 1\] and no sync"):
+    with pytest.raises(ValueError, match="layer 0 of component 'vision' is held by devices 0,1 and no sync group"):
         check_copies_synchronised(fr.WavePlan.from_json(unsynced), graph["model"], components)
+    with pytest.raises(ValueError, match="layer 0 of component 'vision' is held by devices 0,1 and no sync group"):
+        fr.WaveRuntime(example.TinyMultitask(), graph, unsynced)  # before it looks for the ranks to run it
 
 
 def test_compare_predicts_the_schedules_that_ran(tmp_path):

@@ -101,22 +101,28 @@ class _Node:
 
 
 def check_copies_synchronised(plan: WavePlan, model_doc: Mapping[str, Any], components: Mapping[str, Sequence]) -> None:
-    """Raises ValueError unless every trainable layer that several devices hold (slices of several tasks, or data
-    parallelism) is in a sync group over all of them: without one its copies train apart and nothing fails.
-    ``components`` maps each component's name to its layers (modules), as the model's ``components`` does."""
+    """Raises ValueError unless every trainable layer with parameters that several devices hold (slices of several
+    tasks, or data parallelism) is in a sync group over all of them: without one its copies train apart and
+    nothing fails. ``components`` maps each component's name to its layers (modules), as the model's
+    ``components`` does; whether a layer has parameters is read from its module."""
     holders: dict[tuple, set] = {}
-    for s in plan.slices:
+    for i, s in enumerate(plan.slices):
+        name = model_doc["components"][s.component]["name"]
+        if s.first_layer + s.layers > len(components[name]):
+            raise ValueError(f"the schedule's slice {i} runs layers [{s.first_layer}, {s.first_layer + s.layers}) "
+                             f"of component {name!r}, which has {len(components[name])}")
         for layer in range(s.first_layer, s.first_layer + s.layers):
             holders.setdefault((s.component, layer), set()).update(s.devices)
     for (c, layer), devices in sorted(holders.items()):
         doc = model_doc["components"][c]
         if len(devices) < 2 or not doc.get("trainable", True):
             continue
-        if not any(True for _ in components[doc["name"]][layer].parameters()):
+        if next(iter(components[doc["name"]][layer].parameters()), None) is None:
             continue
         if not any((c, layer) in g.layers and devices <= set(g.devices) for g in plan.sync_groups):
-            raise ValueError(f"the schedule: layer {layer} of component {doc['name']!r} is held by devices "
-                             f"{sorted(devices)} and no sync group over all of them keeps its copies equal")
+            raise ValueError(f"in the schedule, layer {layer} of component {doc['name']!r} is held by devices "
+                             f"{','.join(map(str, sorted(devices)))} and no sync group over all of them keeps its "
+                             "copies equal")
 
 
 class WaveRuntime:
@@ -139,11 +145,6 @@ class WaveRuntime:
 
     def __init__(self, model: nn.Module, task_graph: Mapping[str, Any], plan, *, timeline: bool = False):
         self.plan = p = WavePlan.load(plan)
-        initialized = dist.is_available() and dist.is_initialized()
-        self.world_size = dist.get_world_size() if initialized else 1
-        self.rank = dist.get_rank() if initialized else 0
-        if p.devices != self.world_size:
-            raise ValueError(f"the schedule runs on {p.devices} devices, but {self.world_size} ranks are running")
         self.model = model
         self.timeline = Timeline(timeline)
         model_doc = task_graph["model"]
@@ -153,6 +154,12 @@ class WaveRuntime:
         for name in self.component_names:
             if name not in model.components:
                 raise ValueError(f"the model has no component {name!r}, which the task graph names")
+        check_copies_synchronised(p, model_doc, model.components)
+        initialized = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size() if initialized else 1
+        self.rank = dist.get_rank() if initialized else 0
+        if p.devices != self.world_size:
+            raise ValueError(f"the schedule runs on {p.devices} devices, but {self.world_size} ranks are running")
         self.task_names, self.tasks, self.batch_sizes = [], [], []
         for t in task_graph["tasks"]:
             names = [n["name"] for n in t["nodes"]]
@@ -172,7 +179,6 @@ class WaveRuntime:
             self.tasks.append(nodes)
             self.batch_sizes.append(int(t["batch"]))
         self._wire()
-        check_copies_synchronised(p, model_doc, model.components)
         self.groups = []
         for g in p.sync_groups:  # every rank creates every group, in the same order, as new_group requires
             pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
