@@ -95,6 +95,14 @@ double positive(const json& object, const char* key, const std::string& where) {
   return v.get<double>();
 }
 
+double non_negative(const json& object, const std::string& key, const std::string& where) {
+  const json& v = object.at(key);
+  if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) {
+    throw InputError(fmt::format("{}: {} must be a number >= 0", where, key));
+  }
+  return v.get<double>();
+}
+
 void read_device(const json& d, DeviceSpec& device, const std::string& where) {
   if (!d.is_object()) throw InputError(fmt::format("{}: must be a JSON object", where));
   for (const auto& [key, value] : d.items()) {
@@ -122,10 +130,9 @@ void read_device(const json& d, DeviceSpec& device, const std::string& where) {
       if (!value.is_boolean()) throw InputError(fmt::format("{}: {} must be true or false", where, key));
       device.communication_shares_compute = value.get<bool>();
     } else if (key == "communication_compute_slowdown") {
-      if (!value.is_number() || !(value.get<double>() >= 0) || !std::isfinite(value.get<double>())) {
-        throw InputError(fmt::format("{}: {} must be a number >= 0", where, key));
-      }
-      device.communication_compute_slowdown = value.get<double>();
+      device.communication_compute_slowdown = non_negative(d, key, where);
+    } else if (key == "collective_compute_seconds") {
+      device.collective_compute_seconds = non_negative(d, key, where);
     } else if (key == "collective_latency_seconds") {
       device.collective_latency_seconds = positive(d, "collective_latency_seconds", where);
     } else {

@@ -29,6 +29,11 @@ struct DeviceSpec {
   // with a collective running beside it − compute time alone) / the collective's time alone. Tensor-parallel
   // collectives inside layers always block compute: the next kernel needs their result.
   double communication_compute_slowdown = 1.0;
+  // With communication_shares_compute: the compute each collective takes from every member on top of the
+  // slowdown × its time: what starting one costs while the ranks compute (communication threads woken to wait
+  // for a peer that is still computing). Measured in place: compute loops with small collectives started between
+  // their chunks against the same loops without (fulcrum.profile.measure_collective_compute_seconds). 0: none.
+  double collective_compute_seconds = 0;
   // Per-step latency of a collective or transfer (alpha of the alpha-beta model); 0: the kind's own
   // (analytic_cost.h). Measured by fitting collective times over message sizes (fulcrum.profile).
   double collective_latency_seconds = 0;
@@ -65,7 +70,7 @@ const std::vector<std::string>& cluster_kinds();
 // "memory_bytes_per_second": 1.2e10, "intra_node_bytes_per_second": 3e9}}. Device keys: kind,
 // bf16_flops_per_second, fp8_flops_per_second, memory_bytes, memory_bytes_per_second,
 // intra_node_bytes_per_second, inter_node_bytes_per_second, devices_per_node, communication_shares_compute,
-// communication_compute_slowdown (a number >= 0).
+// communication_compute_slowdown and collective_compute_seconds (numbers >= 0).
 // Unknown keys, missing rates and non-positive values are errors naming `file` and the key.
 ClusterSpec cluster_from_json(std::string_view text, const std::string& file);
 

@@ -99,6 +99,12 @@ TEST(ClusterJson, CalibratedCpuPreset) {
                                      "cpu.json")
                        .device.collective_latency_seconds,
                    2e-4);
+  // Starting a collective costs compute nothing beyond the slowdown unless a measurement in place says so.
+  EXPECT_DOUBLE_EQ(c.device.collective_compute_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(cluster_from_json(R"({"preset": "cpu:2", "device": {"collective_compute_seconds": 8e-4}})",
+                                     "cpu.json")
+                       .device.collective_compute_seconds,
+                   8e-4);
 }
 
 TEST(ClusterJson, BadInputNamesFileAndKey) {
@@ -118,6 +124,8 @@ TEST(ClusterJson, BadInputNamesFileAndKey) {
        "c.json: device: communication_compute_slowdown must be a number >= 0"},
       {R"({"preset": "cpu:2", "device": {"communication_compute_slowdown": "half"}})",
        "c.json: device: communication_compute_slowdown must be a number >= 0"},
+      {R"({"preset": "cpu:2", "device": {"collective_compute_seconds": -1e-3}})",
+       "c.json: device: collective_compute_seconds must be a number >= 0"},
       {R"({"preset": "h100:8", "reserve_fraction": 1.5})", "c.json: reserve_fraction must be in [0, 1)"},
       {R"({"preset": "h100:8", "reserve_bytes": 1e12})", "c.json: the memory reserve leaves nothing"},
       {R"([])", "c.json: a cluster is a JSON object"},

@@ -306,6 +306,23 @@ TEST(WavesSchedule, SyncAllReducesOnSharedCoresTakeTheirTimeFromCompute) {
     EXPECT_NEAR(on_compute.per_device[d].total(), on_compute.iteration_seconds, 1e-9 * on_compute.iteration_seconds);
   }
   EXPECT_GT(on_compute.iteration_seconds, free_beside.iteration_seconds);
+
+  // Starting each all-reduce costs every member its measured compute on top: each device's data-parallel time
+  // grows by that cost times the sync groups it belongs to, and the step by at least one of them.
+  constexpr double kStart = 2e-3;
+  shared.device.collective_compute_seconds = kStart;
+  const SimResult started = run_with_slowdown(1.0);
+  for (size_t d = 0; d < s.programs.size(); ++d) {
+    const auto holds_d = [&](const SyncGroupSpec& g) {
+      return std::find(g.devices.begin(), g.devices.end(), static_cast<int32_t>(d)) != g.devices.end();
+    };
+    const auto groups = std::count_if(s.tasks.sync_groups.begin(), s.tasks.sync_groups.end(), holds_d);
+    ASSERT_GT(groups, 0) << "device " << d;
+    EXPECT_NEAR(started.per_device[d].dp_comm - on_compute.per_device[d].dp_comm, groups * kStart, 1e-9)
+        << "device " << d;
+    EXPECT_NEAR(started.per_device[d].total(), started.iteration_seconds, 1e-9 * started.iteration_seconds);
+  }
+  EXPECT_GE(started.iteration_seconds, on_compute.iteration_seconds + kStart * (1 - 1e-9));
 }
 
 // Two sync groups issued in one order on a device and in the other on another device they share would each

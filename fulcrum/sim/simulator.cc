@@ -769,6 +769,10 @@ class Simulator {
   }
 
   bool shares_compute() const { return cluster_.device.communication_shares_compute; }
+  // The compute a collective of `seconds` takes from each member on cores it shares with compute.
+  double collective_compute_loss(double seconds) const {
+    return cluster_.device.communication_compute_slowdown * seconds + cluster_.device.collective_compute_seconds;
+  }
 
   void record(int device, TimelineEvent::Stream stream, const Instruction& in, double start, double end,
               double tp_comm = 0) {
@@ -1067,14 +1071,15 @@ class Simulator {
           }
           if (shares_compute()) {
             // The collective runs on the compute cores: the program waits for every replica to reach it, then
-            // loses slowdown × its seconds of compute (a gather's result is still waited for before use).
+            // loses slowdown × its seconds of compute, and the cost of starting it (a gather's result is still
+            // waited for before use).
             if (!c.resolved) {
               dev.waiting = true;
               return;
             }
             const double start = std::max(dev.compute_free, c.end - collective_duration(in));
             account_gap(dev, start, true, false);
-            const double lost = cluster_.device.communication_compute_slowdown * (c.end - start);
+            const double lost = collective_compute_loss(c.end - start);
             dev.time.dp_comm += lost;
             dev.compute_free = start + lost;
           }
@@ -1339,7 +1344,8 @@ class Simulator {
 
   // A sync group's all-reduce: once every device of the group has reached it, after the collectives each of
   // them already runs; it never blocks a program. On cores it shares with compute, it takes slowdown × its
-  // seconds from each member's compute, as the data-parallel all-reduce of a pipeline does.
+  // seconds and the cost of starting it from each member's compute, as the data-parallel all-reduce of a
+  // pipeline does.
   void arrive_sync_group(int d, const Instruction& in, std::deque<int>& work) {
     const SyncGroupSpec& group = s_.tasks.sync_groups[in.stage];
     CollectiveState& c = sync_groups_[in.stage];
@@ -1367,7 +1373,7 @@ class Simulator {
       m.coll_free = c.end;
       m.grads_ready = std::max(m.grads_ready, c.end);
       if (shares_compute()) {
-        const double lost = cluster_.device.communication_compute_slowdown * (c.end - c.start);
+        const double lost = collective_compute_loss(c.end - c.start);
         m.time.dp_comm += lost;
         m.compute_free += lost;  // wherever the member's compute stands: the all-reduce runs beside it
       } else {

@@ -173,6 +173,46 @@ def test_all_reduces_are_fitted_on_their_mean_time_with_the_sizes_in_turn(monkey
     assert fit.latency_seconds == pytest.approx(2.2e-3) and fit.bytes_per_second == pytest.approx(1e9)
 
 
+def test_a_collective_started_between_compute_is_charged_its_mean_cost_in_place(monkeypatch):
+    """Each chunk of compute takes 5 ms; starting an all-reduce beside it costs the loop 1 ms, or 3 ms one time in
+    four (a peer's thread woken late): the mean, 1.5 ms, is what a step pays per all-reduce, where the median
+    would say 1 ms. The all-reduces start in the loop's middle, without waiting, and are waited for at its end."""
+    import torch.distributed as dist
+
+    clock, events, started = [0.0], [], [0]
+
+    class Work:
+        def wait(self):
+            events.append("wait")
+
+    def all_reduce(buffer, group=None, async_op=False):
+        assert async_op
+        started[0] += 1
+        clock[0] += 3e-3 if started[0] % 4 == 0 else 1e-3
+        events.append("all_reduce")
+        return Work()
+
+    def chunk():
+        clock[0] += 5e-3
+        events.append("chunk")
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(dist, "barrier", lambda group=None: events.append("barrier"))
+    monkeypatch.setattr(fp.comm, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    seconds = fp.measure_collective_compute_seconds(chunk, chunks=10, collectives=4, repeats=8)
+    assert seconds == pytest.approx(1.5e-3)
+    # One warm-up pair and eight measured ones, each loop without the all-reduces first.
+    loops = [loop.split() for loop in " ".join(events).split("barrier")[1:]]
+    alone = ["chunk"] * 10
+    with_them = ["chunk"] * 4 + ["all_reduce", "chunk"] * 3 + ["all_reduce"] + ["chunk"] * 3 + ["wait"] * 4
+    assert loops == [alone, with_them] * 9
+    # What the simulator gets on top of its slowdown × the all-reduce's time.
+    fit = fp.fit_alpha_beta("all_reduce", 2, [1e6, 4e6], [1e-3 + 1e6 / 2e9, 1e-3 + 4e6 / 2e9])
+    cluster = fp.CpuCalibration(all_reduce=fit, compute_slowdown=0.5, optimizer_seconds=0.02, parameters=1000,
+                                devices=2, collective_compute_seconds=1e-3).cluster()
+    assert cluster["device"]["collective_compute_seconds"] == 1e-3
+
+
 def test_a_calibration_across_runs_takes_the_median_of_every_sample():
     fit = fp.fit_alpha_beta("all_reduce", 2, [1e6, 4e6], [1e-3 + 1e6 / 2e9, 1e-3 + 4e6 / 2e9])
     cluster = fp.cpu_cluster(2, fit, compute_slowdown=0.6, optimizer_seconds=0.02, optimizer_parameters=1000)

@@ -115,6 +115,41 @@ def measure_compute_slowdown(compute, *, size_bytes: int = 1 << 24, repeats: int
     return float(local.item()) / dist.get_world_size(group)
 
 
+def measure_collective_compute_seconds(chunk, *, chunks: int = 24, collectives: int = 9, size_bytes: int = 1 << 12,
+                                       repeats: int = 40, group=None) -> float:
+    """The compute a small collective costs when it is started between compute, as a training step starts its
+    gradient all-reduces as the backward reaches them: a loop of ``chunks`` calls of ``chunk()`` with an
+    all-reduce of ``size_bytes`` started (not waited for) after each of ``collectives`` chunks from its middle on,
+    all waited for at the loop's end, against the same loop without them. The ranks start each loop together
+    but not each all-reduce, which waits for its peer on threads that share the cores. Each loop with the
+    all-reduces follows one without (a slow spell of the host falls on both of a pair), each timed at its
+    slowest rank; returns the mean over the ``repeats`` pairs of the difference, per all-reduce (the mean: on a
+    shared host the cost is bimodal, and a step pays for every one). Call on every rank."""
+    import torch
+    import torch.distributed as dist
+
+    buffers = [torch.ones(max(1, size_bytes // 4), dtype=torch.float32) for _ in range(collectives)]
+    first = max(0, (chunks - collectives) // 2)
+
+    def loop(started: bool) -> float:
+        dist.barrier(group=group)
+        start, works = time.perf_counter(), []
+        for k in range(chunks):
+            chunk()
+            if started and first <= k < first + collectives:
+                works.append(dist.all_reduce(buffers[k - first], group=group, async_op=True))
+        for work in works:
+            work.wait()
+        return slowest_rank_seconds(time.perf_counter() - start, group=group)
+
+    loop(False), loop(True)  # warm
+    differences = []
+    for _ in range(repeats):
+        alone = loop(False)
+        differences.append(loop(True) - alone)
+    return max(0.0, statistics.fmean(differences) / collectives)
+
+
 _NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+|none)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
 _NCCL_OP = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv)_perf")
 _NCCL_RANKS = re.compile(r"^#\s+Rank\s+\d+", re.M)
@@ -140,14 +175,15 @@ def parse_nccl_tests(text: str, where: str = "nccl-tests output", op: Optional[s
 
 def cpu_cluster(devices: int, all_reduce: CollectiveFit, *, fp32_flops_per_second: Optional[float] = None,
                 compute_slowdown: Optional[float] = None, optimizer_seconds: Optional[float] = None,
-                optimizer_parameters: int = 0) -> dict:
+                optimizer_parameters: int = 0, collective_compute_seconds: Optional[float] = None) -> dict:
     """A cluster JSON for the simulator (``fulcrum simulate --cluster file.json``): ``devices`` of the cpu kind
     whose link rate reproduces the measured all-reduce bandwidth under the simulator's link model; optionally a
     measured fp32 matmul rate (the simulator runs fp32 at half the device's bf16 rate, so twice it is written)
     and ``compute_slowdown``: the compute time communication costs on shared cores, per second of
     communication ((compute time beside a collective − compute time alone) / the collective's time alone);
     optionally the measured time of an Adam step over ``optimizer_parameters`` parameters, which sets the memory
-    bandwidth the simulator's optimizer model (30 bytes per parameter) needs to reproduce it."""
+    bandwidth the simulator's optimizer model (30 bytes per parameter) needs to reproduce it; optionally
+    ``collective_compute_seconds``: the compute each collective costs on top of the slowdown × its time."""
     # A two-rank ring all-reduce moves S/B per rank: B = the fit's algorithm bandwidth × 2(n − 1)/n.
     per_direction = all_reduce.bus_bytes_per_second()
     device = {"intra_node_bytes_per_second": 2 * per_direction / CPU_LINK_EFFICIENCY}
@@ -158,6 +194,8 @@ def cpu_cluster(devices: int, all_reduce: CollectiveFit, *, fp32_flops_per_secon
         device["bf16_flops_per_second"] = 2 * fp32_flops_per_second
     if compute_slowdown is not None:
         device["communication_compute_slowdown"] = compute_slowdown
+    if collective_compute_seconds is not None:
+        device["collective_compute_seconds"] = collective_compute_seconds
     if optimizer_seconds and optimizer_parameters:
         device["memory_bytes_per_second"] = optimizer_memory_bytes_per_second(optimizer_seconds, optimizer_parameters)
     return {"fulcrum": 1, "preset": f"cpu:{devices}", "device": device}
@@ -178,11 +216,16 @@ class CpuCalibration:
     parameters: int
     devices: int
     optimizer_step_seconds: tuple[float, ...] = ()  # every measured step, of which optimizer_seconds is the median
+    # A small all-reduce started between compute: what it cost the compute in place, and what of that the
+    # slowdown × its fitted time leaves over (the cluster's collective_compute_seconds).
+    collective_in_place_seconds: Optional[float] = None
+    collective_compute_seconds: Optional[float] = None
 
     def cluster(self) -> dict:
         """The cluster JSON (``cpu_cluster``) these measurements give."""
         return cpu_cluster(self.devices, self.all_reduce, compute_slowdown=self.compute_slowdown,
-                           optimizer_seconds=self.optimizer_seconds, optimizer_parameters=self.parameters)
+                           optimizer_seconds=self.optimizer_seconds, optimizer_parameters=self.parameters,
+                           collective_compute_seconds=self.collective_compute_seconds)
 
     def record(self) -> dict:
         """The measurements as JSON."""
@@ -190,14 +233,17 @@ class CpuCalibration:
         return {"all_reduce": {"latency_seconds": fit.latency_seconds, "bytes_per_second": fit.bytes_per_second,
                                "sizes_bytes": fit.sizes_bytes, "seconds": fit.seconds},
                 "communication_compute_slowdown": self.compute_slowdown,
+                "collective_in_place_seconds": self.collective_in_place_seconds,
+                "collective_compute_seconds": self.collective_compute_seconds,
                 "optimizer_seconds": self.optimizer_seconds, "optimizer_step_seconds": list(self.optimizer_step_seconds),
                 "parameters": self.parameters}
 
 
 def calibrate_cpu(parameters) -> CpuCalibration:
     """Measures, on every rank of the default process group at once (its cores as busy as in training), an
-    all-reduce from a few KB (the latency) to 16 MB, how much one in flight slows a matmul loop, and an AdamW
-    step over ``parameters`` (their gradients are set to random values and the step changes them)."""
+    all-reduce from a few KB (the latency) to 16 MB, how much one in flight slows a matmul loop, what a 4 KB one
+    started between a loop's chunks costs it beyond that, and an AdamW step over ``parameters`` (their gradients
+    are set to random values and the step changes them)."""
     import torch
     import torch.distributed as dist
 
@@ -209,11 +255,21 @@ def calibrate_cpu(parameters) -> CpuCalibration:
             torch.mm(a, a)
 
     slowdown = measure_compute_slowdown(compute, size_bytes=1 << 23, repeats=15)
+
+    def chunk():  # about a layer's pass of a small model: a few ms
+        for _ in range(10):
+            torch.mm(a, a)
+
+    small = 1 << 12
+    in_place = measure_collective_compute_seconds(chunk, size_bytes=small)
+    # The simulator charges slowdown × the collective's fitted time already; the rest is the cost of starting it.
+    start_cost = max(0.0, in_place - slowdown * (fit.latency_seconds + small / fit.bytes_per_second))
     params = list(parameters)
     steps = time_optimizer_step(params)
     return CpuCalibration(all_reduce=fit, compute_slowdown=slowdown, optimizer_seconds=statistics.median(steps),
                           parameters=sum(q.numel() for q in params), devices=dist.get_world_size(),
-                          optimizer_step_seconds=tuple(steps))
+                          optimizer_step_seconds=tuple(steps), collective_in_place_seconds=in_place,
+                          collective_compute_seconds=start_cost)
 
 
 def slowest_rank_seconds(seconds: float, group=None) -> float:
