@@ -29,9 +29,10 @@ struct DeviceSpec {
   // with a collective running beside it − compute time alone) / the collective's time alone. Tensor-parallel
   // collectives inside layers always block compute: the next kernel needs their result.
   double communication_compute_slowdown = 1.0;
-  // With communication_shares_compute: the compute each collective takes from every member on top of the
-  // slowdown × its time: what starting one costs while the ranks compute (communication threads woken to wait
-  // for a peer that is still computing). Measured in place: compute loops with small collectives started between
+  // With communication_shares_compute: the compute each data-parallel collective (a pipeline's gradient
+  // collectives, a multitask sync group's all-reduce) takes from every member on top of the slowdown × its time:
+  // what starting one costs while the ranks compute (communication threads woken to wait for a peer that is
+  // still computing). Transfers and layer collectives are not charged it. Measured in place: compute loops with small collectives started between
   // their chunks against the same loops without (fulcrum.profile.measure_collective_compute_seconds). 0: none.
   double collective_compute_seconds = 0;
   // Per-step latency of a collective or transfer (alpha of the alpha-beta model); 0: the kind's own

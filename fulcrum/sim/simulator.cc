@@ -1373,7 +1373,8 @@ class Simulator {
       m.coll_free = c.end;
       m.grads_ready = std::max(m.grads_ready, c.end);
       if (shares_compute()) {
-        const double lost = collective_compute_loss(c.end - c.start);
+        // A group with nothing to all-reduce (one copy, or no parameters) starts no collective.
+        const double lost = c.end > c.start ? collective_compute_loss(c.end - c.start) : 0.0;
         m.time.dp_comm += lost;
         m.compute_free += lost;  // wherever the member's compute stands: the all-reduce runs beside it
       } else {

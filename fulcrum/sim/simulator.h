@@ -135,7 +135,8 @@ struct SimResult {
 // micro-batches of `loads`. Every device has a compute stream and two communication streams (point-to-point,
 // and data-parallel collectives), which overlap compute except on devices whose communication shares the
 // compute cores (the cpu kind), where they take the compute stream for communication_compute_slowdown × their
-// seconds (all of them by default; cluster_spec.h). Layer collectives (tensor and context
+// seconds (all of them by default; cluster_spec.h), and each data-parallel collective also its
+// collective_compute_seconds. Layer collectives (tensor and context
 // parallel) come from the cost model's kernels and block compute. Sends never block; receives wait for their
 // data; a data-parallel collective starts when every replica has reached it. After the last backward, every
 // device waits for the gradients of the whole model (the global gradient norm) and runs its optimizer step:
@@ -154,8 +155,8 @@ struct SimResult {
 // forward (or backward) over all its micro-batches on its share of the sequences; a slice's input is there when
 // every device of the sending slice has sent its share; each sync group all-reduces its layers' whole gradients
 // (a tensor-parallel share is less: an upper bound) on the collective stream once all its devices have
-// reached it (where communication shares the compute cores, also taking slowdown × its seconds from each
-// member's compute), and each device's optimizer step covers the parameters it keeps. A wave boundary is a
+// reached it (where communication shares the compute cores, also taking slowdown × its seconds and
+// collective_compute_seconds from each member's compute), and each device's optimizer step covers the parameters it keeps. A wave boundary is a
 // barrier that costs nothing. `loads` are not used.
 // Throws InputError when the loads do not fit the schedule or the model does not fit the stages.
 SimResult simulate(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,

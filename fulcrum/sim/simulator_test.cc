@@ -194,6 +194,27 @@ TEST(Simulate, SharedCoresLoseTheSlowdownTimesEachTransfer) {
   }
 }
 
+// On shared cores a data-parallel collective also costs each replica its start (collective_compute_seconds):
+// the step grows by that cost for every gradient collective a rank runs, nothing else moves.
+TEST(Simulate, SharedCoresLoseTheStartCostOfEachCollective) {
+  const int dp = 2, layers = 4;
+  const Schedule s = test_schedule(PipelineKind::kOneFOneB, 1, 1, 1, layers, dp);
+  validate(s);
+  int collectives = 0;
+  for (const Instruction& in : s.programs[0].instructions) collectives += in.op == OpKind::kCollective;
+  ASSERT_GT(collectives, 0);
+  ClusterSpec shared = instant_cluster(dp);
+  shared.device.communication_shares_compute = true;
+  shared.device.communication_compute_slowdown = 0.5;
+  const auto iteration = [&](double start_cost) {
+    shared.device.collective_compute_seconds = start_cost;
+    return simulate(s, blocks_only_model(layers), shared, PerTokenCost(0.25, 0.5, 0), instant_efficiency(),
+                    uniform_loads(1, 1, 1, 0))
+        .iteration_seconds;
+  };
+  EXPECT_NEAR(iteration(0.125) - iteration(0.0), 0.125 * collectives, 1e-9);
+}
+
 // ZeRO-3 gathers a stage's parameters layer by layer before each pass and overlaps the gather with compute:
 // on slow links the iteration is the forward gather, the backward gather (prefetched while the forward runs)
 // and the gradient reduce-scatter one after another, plus the backward's last layer between the last two.

@@ -174,9 +174,10 @@ def test_all_reduces_are_fitted_on_their_mean_time_with_the_sizes_in_turn(monkey
 
 
 def test_a_collective_started_between_compute_is_charged_its_mean_cost_in_place(monkeypatch):
-    """Each chunk of compute takes 5 ms; starting an all-reduce beside it costs the loop 1 ms, or 3 ms one time in
-    four (a peer's thread woken late): the mean, 1.5 ms, is what a step pays per all-reduce, where the median
-    would say 1 ms. The all-reduces start in the loop's middle, without waiting, and are waited for at its end."""
+    """Each chunk of compute takes 5 ms; starting an all-reduce beside it costs the loop 1 ms, or 5 ms one time in
+    sixteen (a peer's thread woken late), which falls in two of the eight measured loops: the mean, 1.25 ms, is
+    what a step pays per all-reduce, where the median of the loops would say 1 ms. The all-reduces start in the
+    loop's middle, without waiting, and are waited for at its end."""
     import torch.distributed as dist
 
     clock, events, started = [0.0], [], [0]
@@ -188,7 +189,7 @@ def test_a_collective_started_between_compute_is_charged_its_mean_cost_in_place(
     def all_reduce(buffer, group=None, async_op=False):
         assert async_op
         started[0] += 1
-        clock[0] += 3e-3 if started[0] % 4 == 0 else 1e-3
+        clock[0] += 5e-3 if started[0] % 16 == 0 else 1e-3
         events.append("all_reduce")
         return Work()
 
@@ -200,17 +201,23 @@ def test_a_collective_started_between_compute_is_charged_its_mean_cost_in_place(
     monkeypatch.setattr(dist, "barrier", lambda group=None: events.append("barrier"))
     monkeypatch.setattr(fp.comm, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     seconds = fp.measure_collective_compute_seconds(chunk, chunks=10, collectives=4, repeats=8)
-    assert seconds == pytest.approx(1.5e-3)
+    assert seconds == pytest.approx(1.25e-3)
     # One warm-up pair and eight measured ones, each loop without the all-reduces first.
     loops = [loop.split() for loop in " ".join(events).split("barrier")[1:]]
     alone = ["chunk"] * 10
     with_them = ["chunk"] * 4 + ["all_reduce", "chunk"] * 3 + ["all_reduce"] + ["chunk"] * 3 + ["wait"] * 4
     assert loops == [alone, with_them] * 9
-    # What the simulator gets on top of its slowdown × the all-reduce's time.
+    with pytest.raises(ValueError, match="cannot start between"):
+        fp.measure_collective_compute_seconds(chunk, chunks=3, collectives=4)
+    # What the simulator gets on top of its slowdown × the all-reduce's time (1 ms + 4096 B / 2 GB/s), into the
+    # cluster file.
     fit = fp.fit_alpha_beta("all_reduce", 2, [1e6, 4e6], [1e-3 + 1e6 / 2e9, 1e-3 + 4e6 / 2e9])
+    start = fp.collective_start_seconds(1.5e-3, 0.5, fit, 4096)
+    assert start == pytest.approx(1.5e-3 - 0.5 * (1e-3 + 4096 / 2e9))
+    assert fp.collective_start_seconds(0.2e-3, 0.5, fit, 4096) == 0.0  # the slowdown covers it all
     cluster = fp.CpuCalibration(all_reduce=fit, compute_slowdown=0.5, optimizer_seconds=0.02, parameters=1000,
-                                devices=2, collective_compute_seconds=1e-3).cluster()
-    assert cluster["device"]["collective_compute_seconds"] == 1e-3
+                                devices=2, collective_compute_seconds=start).cluster()
+    assert cluster["device"]["collective_compute_seconds"] == start
 
 
 def test_a_calibration_across_runs_takes_the_median_of_every_sample():

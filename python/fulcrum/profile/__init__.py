@@ -2,9 +2,10 @@
 profile table (``fulcrum simulate --profile``), the same read back from a torch.profiler trace, and collectives
 timed over a process group or read from nccl-tests output into a cluster file."""
 
-from fulcrum.profile.comm import (CollectiveFit, CpuCalibration, benchmark_all_reduce, calibrate_cpu, cpu_cluster,
-                                  fit_alpha_beta, measure_collective_compute_seconds, measure_compute_slowdown,
-                                  parse_nccl_tests, slowest_rank_seconds, time_optimizer_step)
+from fulcrum.profile.comm import (CollectiveFit, CpuCalibration, benchmark_all_reduce, calibrate_cpu,
+                                  collective_start_seconds, cpu_cluster, fit_alpha_beta,
+                                  measure_collective_compute_seconds, measure_compute_slowdown, parse_nccl_tests,
+                                  slowest_rank_seconds, time_optimizer_step)
 from fulcrum.profile.drift import (SpeedCheck, calibration_across_runs, measurement_order, recalibrate_folder,
                                    scaled_profile, size_correction, with_optimizer_seconds, write_check)
 from fulcrum.profile.kineto import import_kineto_trace
@@ -12,8 +13,8 @@ from fulcrum.profile.layers import (PASSES, flattened_layers, layer_shape, profi
                                     write_profile)
 
 __all__ = ["CollectiveFit", "CpuCalibration", "PASSES", "SpeedCheck", "benchmark_all_reduce", "calibrate_cpu",
-           "calibration_across_runs", "cpu_cluster", "fit_alpha_beta", "flattened_layers", "import_kineto_trace",
-           "layer_shape", "measure_collective_compute_seconds", "measure_compute_slowdown", "measurement_order",
-           "parse_nccl_tests", "profile_model", "read_profile", "recalibrate_folder", "scaled_profile",
-           "size_correction", "slowest_rank_seconds", "time_layer", "time_optimizer_step", "with_optimizer_seconds",
-           "write_check", "write_profile"]
+           "calibration_across_runs", "collective_start_seconds", "cpu_cluster", "fit_alpha_beta", "flattened_layers",
+           "import_kineto_trace", "layer_shape", "measure_collective_compute_seconds", "measure_compute_slowdown",
+           "measurement_order", "parse_nccl_tests", "profile_model", "read_profile", "recalibrate_folder",
+           "scaled_profile", "size_correction", "slowest_rank_seconds", "time_layer", "time_optimizer_step",
+           "with_optimizer_seconds", "write_check", "write_profile"]

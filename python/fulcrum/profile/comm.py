@@ -128,8 +128,10 @@ def measure_collective_compute_seconds(chunk, *, chunks: int = 24, collectives: 
     import torch
     import torch.distributed as dist
 
-    buffers = [torch.ones(max(1, size_bytes // 4), dtype=torch.float32) for _ in range(collectives)]
-    first = max(0, (chunks - collectives) // 2)
+    if not 0 < collectives <= chunks:
+        raise ValueError(f"{collectives} collectives cannot start between {chunks} chunks, one after each")
+    buffers = [torch.zeros(max(1, size_bytes // 4), dtype=torch.float32) for _ in range(collectives)]
+    first = (chunks - collectives) // 2
 
     def loop(started: bool) -> float:
         dist.barrier(group=group)
@@ -148,6 +150,15 @@ def measure_collective_compute_seconds(chunk, *, chunks: int = 24, collectives: 
         alone = loop(False)
         differences.append(loop(True) - alone)
     return max(0.0, statistics.fmean(differences) / collectives)
+
+
+def collective_start_seconds(in_place_seconds: float, compute_slowdown: float, all_reduce: CollectiveFit,
+                             size_bytes: int) -> float:
+    """What a collective of ``size_bytes`` started between compute costs (``in_place_seconds``, measured by
+    measure_collective_compute_seconds) beyond what the simulator already charges it on shared cores: the
+    slowdown × its time, which for a two-rank ring is the fit's latency + size / bandwidth."""
+    fitted = all_reduce.latency_seconds + size_bytes / all_reduce.bytes_per_second
+    return max(0.0, in_place_seconds - compute_slowdown * fitted)
 
 
 _NCCL_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+|none)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
@@ -262,8 +273,7 @@ def calibrate_cpu(parameters) -> CpuCalibration:
 
     small = 1 << 12
     in_place = measure_collective_compute_seconds(chunk, size_bytes=small)
-    # The simulator charges slowdown × the collective's fitted time already; the rest is the cost of starting it.
-    start_cost = max(0.0, in_place - slowdown * (fit.latency_seconds + small / fit.bytes_per_second))
+    start_cost = collective_start_seconds(in_place, slowdown, fit, small)
     params = list(parameters)
     steps = time_optimizer_step(params)
     return CpuCalibration(all_reduce=fit, compute_slowdown=slowdown, optimizer_seconds=statistics.median(steps),
