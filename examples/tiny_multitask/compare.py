@@ -10,8 +10,11 @@
    it: every profile entry is corrected for its size and scaled by that ratio (calibrate_whole_model).
 2. Plans each mode with `fulcrum multitask` on that profile and cluster (the `sequential` arrangement, and the
    arrangement `fulcrum multitask` keeps, the fastest it simulated).
-3. Runs each mode for real (run.py) in interleaved rounds, sampling the host beside and between them as
-   tiny_vlm's compare.py does (fulcrum.profile.measurement_order, SpeedCheck; ``--repeats``, ``--speed-checks``).
+3. Runs each mode for real (run.py) in rounds, sampling the host beside and between them as tiny_vlm's compare.py
+   does (fulcrum.profile.measurement_order, SpeedCheck; ``--repeats``, ``--speed-checks``). Within a round both
+   modes run in the same two processes in alternating blocks of ``--block`` steps (run.py --mode with both, in the
+   round's order), so that the host's drift within the round falls on both alike; ``--block 0`` runs each mode in
+   processes of its own, one after the other.
 4. Scales the layer profile by the median of every whole-model sample and sets the optimizer step to the median of
    every optimizer sample (fulcrum.profile.calibration_across_runs), so the calibration spans the same minutes
    as the runs, and simulates each schedule that ran on them (`fulcrum multitask --load-schedule`).
@@ -20,7 +23,7 @@
    ``measured_step_seconds_mean`` (the mean of the same), ``measured_cv`` (the spread of the rounds' means),
    ``prediction_error, within_tolerance, arrangement, planned_step_seconds`` (the simulator's iteration on the
    calibration before the runs)``, ...}}``, ``speedup`` (sequential's measured step time over waves') and
-   ``order`` (the modes each round ran, in turn).
+   ``order`` (the modes each round ran, in turn, or led its blocks with) and ``block``.
 """
 
 from __future__ import annotations
@@ -198,10 +201,16 @@ def calibrate_whole_model(a) -> dict:
             "size_correction": correction}
 
 
-def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:
-    return ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup), "--repeats", "1",
+def run_dir(a, mode: str) -> Path:
+    """The folder the runs of ``mode`` plan and save its schedule in."""
+    return a.workdir / ("interleaved" if a.block else mode)
+
+
+def run_args(a, modes: list[str], out: Path) -> list[str]:
+    return ["--mode", ",".join(modes), "--block", str(a.block or a.steps), "--steps", str(a.steps), "--warmup",
+            str(a.warmup), "--repeats", "1",
             "--profile", str(a.workdir / "profile.json"), "--cluster", str(a.workdir / "cluster.json"),
-            "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out),
+            "--seed", str(a.seed), "--workdir", str(run_dir(a, modes[0])), "--fulcrum", a.fulcrum, "--out", str(out),
             "--speed-checks", str(a.speed_checks)]
 
 
@@ -219,7 +228,7 @@ def launch_ranks(args: list[str], what: str) -> None:
 
 def simulated_seconds(a, mode: str) -> float:
     """The simulator's iteration of the schedule ``mode`` ran, on the current profile and cluster file."""
-    work = a.workdir / mode
+    work = run_dir(a, mode)
     out = subprocess.run([a.fulcrum, "multitask", "--tasks", str(work / "tasks.json"), "--cluster",
                           str(a.workdir / "cluster.json"), "--profile", str(a.workdir / "profile.json"), "--dtype",
                           run.DTYPE, "--load-schedule", str(work / f"{mode}.schedule.json"), "--json"],
@@ -238,8 +247,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="rounds over the modes (default 3)")
     p.add_argument("--profile-rounds", type=int, default=5, help="passes over the profile grid (default 5)")
     p.add_argument("--speed-checks", type=int, default=1, metavar="N",
-                   help="time the whole model and the optimizer step after every N-th measured step of every run, "
-                        "outside the step's time (run.py --speed-checks; default 1, 0: only between rounds)")
+                   help="time the whole model and the optimizer step after every N-th measured step (of either mode, "
+                        "counted together), outside the step's time (run.py --speed-checks; default 1, 0: only "
+                        "between rounds)")
+    p.add_argument("--block", type=int, default=5, metavar="STEPS",
+                   help="measured steps of one mode before the other runs, both in the same processes (default 5; "
+                        "0: each mode in processes of its own)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="folder for the calibration and the runs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
@@ -254,8 +267,8 @@ def main() -> None:
         return
     if not a.out:
         p.error("--out is required")
-    if a.steps < 1 or a.repeats < 1 or a.warmup < 0 or a.speed_checks < 0:
-        p.error("--steps and --repeats must be at least 1, --warmup and --speed-checks at least 0")
+    if a.steps < 1 or a.repeats < 1 or a.warmup < 0 or a.speed_checks < 0 or a.block < 0:
+        p.error("--steps and --repeats must be at least 1, --warmup, --speed-checks and --block at least 0")
     a.fulcrum = run.fulcrum_cli(a.fulcrum)
     import fulcrum.profile as fp
 
@@ -275,16 +288,18 @@ def main() -> None:
         checks: list[Path] = []
         order = fp.measurement_order(RUN_MODES, a.repeats)
         for r, round_modes in enumerate(order):
-            for m in round_modes:
-                out = a.workdir / f"{m}.{r}.json"
-                done = subprocess.run([sys.executable, str(HERE / "run.py"), *run_args(a, m, a.workdir / m, out)],
-                                      text=True)
+            for group in [round_modes] if a.block else [[m] for m in round_modes]:
+                name = "+".join(group)
+                out = a.workdir / f"{name}.{r}.json"
+                done = subprocess.run([sys.executable, str(HERE / "run.py"), *run_args(a, group, out)], text=True)
                 if done.returncode != 0:
-                    sys.exit(f"compare.py: run.py --mode {m} failed")
-                rounds[m].append(json.loads(out.read_text()))
+                    sys.exit(f"compare.py: run.py --mode {','.join(group)} failed")
+                result = json.loads(out.read_text())
+                for m, row in (result["modes"] if len(group) > 1 else {group[0]: result}).items():
+                    rounds[m].append(row)
                 if a.speed_checks:  # the whole model and the optimizer step timed beside the run's steps
-                    checks.append(a.workdir / f"check.{m}.{r}.json")
-                    fp.write_check(checks[-1], **rounds[m][-1]["speed_checks"])
+                    checks.append(a.workdir / f"check.{name}.{r}.json")
+                    fp.write_check(checks[-1], **result["speed_checks"])
             checks.append(a.workdir / f"check.{r}.json")
             launch_ranks(["--check-rank", str(checks[-1])], "timing the whole model between rounds")
         across = fp.recalibrate_folder(a.workdir, checks)
@@ -295,7 +310,7 @@ def main() -> None:
                  "profile": json.loads((a.workdir / "profile.json").read_text()),
                  "cluster": json.loads((a.workdir / "cluster.json").read_text()),
                  "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
-                 "order": order, "modes": {}}
+                 "order": order, "block": a.block, "modes": {}}
     for m in RUN_MODES:
         # Each round's step times are one repeat: a step's median over the rounds, then the median over steps, so
         # that a slow spell of the machine (every pass 1.7-1.8x its usual time for a few steps) moves it little.

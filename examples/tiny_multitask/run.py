@@ -19,6 +19,13 @@ step_seconds_mean`` (the mean over steps of each step's median over the repeats)
 ``step_seconds_cv`` (spread of the repeats' means), ``losses`` and ``task_losses`` (first repeat, warm-up
 included), ``predicted_step_seconds`` (the simulator's iteration of the schedule run) and ``arrangement``; with
 ``--speed-checks N``, ``speed_checks{whole_model_seconds, optimizer_seconds}`` (the slowest rank's, every repeat's).
+
+``--mode sequential,waves`` runs both modes in the same two processes, each with a model, runtime and optimizer of
+its own: the warm-up steps of each (the last mode's first), then the measured steps in alternating blocks of
+``--block`` steps (fulcrum.profile.alternating_blocks), so that a drift of the host's speed during the
+measurement falls on both alike. The result is then ``modes{<mode>{...}}``, each mode's record as above with the
+speed checks taken after its own steps, ``order`` (the blocks as the ranks ran them) and ``speed_checks`` (all of
+them; the check counts every ``N``-th measured step of either mode).
 """
 
 from __future__ import annotations
@@ -58,24 +65,24 @@ def plan_command(a, workdir: Path, mode: str) -> list[str]:
     return cmd + (["--profile", a.profile] if a.profile else [])
 
 
-def prepare(a) -> dict:
+def prepare(a, mode: str) -> dict:
     """Writes the task graph and the mode's schedule; returns the plan's prediction for the mode."""
     from model import TinyMultitask
 
     (a.workdir / "tasks.json").write_text(json.dumps(TinyMultitask().task_graph()))
-    if a.mode == "reference":
+    if mode == "reference":
         return {"schedule": None, "predicted_step_seconds": None, "arrangement": None}
     if a.schedule:
         return {"schedule": str(Path(a.schedule).resolve()), "predicted_step_seconds": None, "arrangement": "given"}
-    done = subprocess.run(plan_command(a, a.workdir, a.mode), capture_output=True, text=True)
+    done = subprocess.run(plan_command(a, a.workdir, mode), capture_output=True, text=True)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
         sys.exit(f"run.py: fulcrum multitask failed with status {done.returncode}")
     plan = json.loads(done.stdout)
-    timed = plan["baselines"]["sequential"] if a.mode == "sequential" else plan
-    return {"schedule": str(a.workdir / f"{a.mode}.schedule.json"),
+    timed = plan["baselines"]["sequential"] if mode == "sequential" else plan
+    return {"schedule": str(a.workdir / f"{mode}.schedule.json"),
             "predicted_step_seconds": timed["iteration_seconds"],
-            "arrangement": "sequential" if a.mode == "sequential" else plan["arrangement"]}
+            "arrangement": "sequential" if mode == "sequential" else plan["arrangement"]}
 
 
 def make_optimizer(a, parameters):
@@ -116,10 +123,14 @@ def reference(a) -> dict:
             "task_losses": task_losses}
 
 
-def worker(a, setup: dict) -> None:
+def worker(a, setups: dict) -> None:
+    """Every mode of ``setups`` (mode: prepare's record) on this rank, each with a model, runtime and optimizer
+    of its own made anew every repeat: the warm-up steps of each mode in turn, then the measured steps in
+    alternating blocks (the module's docstring)."""
     import torch
     import torch.distributed as dist
 
+    import fulcrum.profile as fp
     import fulcrum.runtime as fr
     from model import TinyMultitask, make_batches
 
@@ -131,48 +142,67 @@ def worker(a, setup: dict) -> None:
     config = TinyMultitask().config
     order = [k % a.steps for k in range(a.warmup + a.steps)]
     batches = {s: make_batches(config, s, a.seed) for s in set(order)}  # made before the clock starts
-    record = {"repeats": []}
+    modes = list(setups)
+    blocks = fp.alternating_blocks(modes, a.steps, a.block)
+    record = {"modes": {m: {"repeats": [], "speed_checks": {"whole_model_seconds": [], "optimizer_seconds": []}}
+                        for m in modes}, "order": []}
     check = None
     if a.speed_checks:
         # The host's speed beside the steps: the whole model on a copy of its own, on batches of their own seed.
-        import fulcrum.profile as fp
-
         copy, calibration = TinyMultitask(seed=a.seed), make_batches(config, 0, seed=1000)
         check = fp.SpeedCheck(lambda: copy.reference_loss(calibration)[0].backward(), copy.parameters(),
                               every=a.speed_checks)
-    for _ in range(a.repeats):
-        model = TinyMultitask(seed=a.seed)
-        freeze(a, model, 0)  # frozen when the runtime is made, as a model loaded for its first stage would be
-        runtime = fr.WaveRuntime(model, graph, setup["schedule"], timeline=bool(a.trace))
-        optimizer = make_optimizer(a, runtime.parameters())
-        if a.zero_grad == "zero":  # gradients the model already holds, as after a checkpoint load or a warm-up
-            for q in runtime.parameters():
-                q.grad = torch.zeros_like(q)
-        rep = {"step_seconds": [], "compute_seconds": [], "losses": [], "task_losses": []}
-        for k, s in enumerate(order):
+    for repeat in range(a.repeats):
+        runs = {}
+        for m in modes:
+            model = TinyMultitask(seed=a.seed)
+            freeze(a, model, 0)  # frozen when the runtime is made, as a model loaded for its first stage would be
+            runtime = fr.WaveRuntime(model, graph, setups[m]["schedule"], timeline=bool(a.trace))
+            optimizer = make_optimizer(a, runtime.parameters())
+            if a.zero_grad == "zero":  # gradients the model already holds, as after a checkpoint load or a warm-up
+                for q in runtime.parameters():
+                    q.grad = torch.zeros_like(q)
+            rep = {"step_seconds": [None] * a.steps, "compute_seconds": [None] * a.steps, "losses": [],
+                   "task_losses": []}
+            runs[m] = (model, runtime, optimizer, rep)
+            record["modes"][m]["repeats"].append(rep)
+
+        def train(m: str, k: int) -> None:
+            """Step ``k`` (warm-up ones first) of mode ``m``, timed from the ranks' common start."""
+            model, runtime, optimizer, rep = runs[m]
             freeze(a, model, k)
             dist.barrier()
             start = time.perf_counter()
-            result = runtime.step(batches[s])
+            result = runtime.step(batches[order[k]])
             optimizer.step()
             optimizer.zero_grad(set_to_none=a.zero_grad == "none")
             end = time.perf_counter()
             rep["losses"].append(result.loss)
             rep["task_losses"].append(list(result.task_losses))
             if k >= a.warmup:
-                rep["step_seconds"].append(end - start)
-                rep["compute_seconds"].append(result.compute_seconds)
-                if check:
-                    check()
-        record["repeats"].append(rep)
+                rep["step_seconds"][k - a.warmup] = end - start
+                rep["compute_seconds"][k - a.warmup] = result.compute_seconds
+                if check and check():  # a sample taken: it stands beside this mode's steps
+                    for key, samples in record["modes"][m]["speed_checks"].items():
+                        samples.append(check.samples()[key][-1])
+
+        # The last mode warms up first, so that the first measured block follows its own mode's warm-up.
+        for m in reversed(modes):
+            for k in range(a.warmup):
+                train(m, k)
+        for m, first, end in blocks:
+            for s in range(first, end):
+                train(m, a.warmup + s)
+            if repeat == 0:
+                record["order"].append([m, first, end])
     if check:
         record["speed_checks"] = check.samples()
     (a.workdir / f"rank.{rank}.json").write_text(json.dumps(record))
     if a.trace:
         events = [None] * dist.get_world_size()
-        dist.all_gather_object(events, list(runtime.timeline.current))
+        dist.all_gather_object(events, list(runs[modes[0]][1].timeline.current))
         if rank == 0:
-            fr.write_chrome_trace(a.trace, list(enumerate(events)), f"tiny_multitask {a.mode}")
+            fr.write_chrome_trace(a.trace, list(enumerate(events)), f"tiny_multitask {modes[0]}")
     fr.end_rank()
 
 
@@ -188,17 +218,19 @@ def launch(a) -> list[dict]:
     return [json.loads((a.workdir / f"rank.{r}.json").read_text()) for r in range(2)]
 
 
-def summarize(a, setup: dict, ranks: list[dict]) -> dict:
-    """The slowest rank's time of each step, and its statistics over the measured steps and repeats. Every
-    repeat trains the same steps from the same weights, so a step's median over the repeats filters out a slow
-    spell of the machine."""
+def summarize(a, mode: str, setup: dict, ranks: list[dict]) -> dict:
+    """Mode ``mode``'s slowest-rank time of each step, and its statistics over the measured steps and repeats.
+    Every repeat trains the same steps from the same weights, so a step's median over the repeats filters out a
+    slow spell of the machine."""
+    checks = ranks[0]["modes"][mode]["speed_checks"] if "speed_checks" in ranks[0] else None
+    ranks = [rank["modes"][mode] for rank in ranks]
     by_repeat = [[max(rank["repeats"][r]["step_seconds"][s] for rank in ranks) for s in range(a.steps)]
                  for r in range(a.repeats)]
     means = [statistics.fmean(r) for r in by_repeat]
     per_step = [statistics.median(r[s] for r in by_repeat) for s in range(a.steps)]
     first = ranks[0]["repeats"][0]
     return {
-        "mode": a.mode, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
+        "mode": mode, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
         "arrangement": setup["arrangement"], "predicted_step_seconds": setup["predicted_step_seconds"],
         "step_seconds_mean": statistics.fmean(per_step),
         "step_seconds_median": statistics.median(t for r in by_repeat for t in r),
@@ -207,14 +239,24 @@ def summarize(a, setup: dict, ranks: list[dict]) -> dict:
         "per_rank": [{"rank": i, "compute_seconds": statistics.fmean(
             c for rep in rank["repeats"] for c in rep["compute_seconds"])} for i, rank in enumerate(ranks)],
         "step_seconds_by_repeat": by_repeat,
-        **({"speed_checks": ranks[0]["speed_checks"]} if "speed_checks" in ranks[0] else {}),
+        **({"speed_checks": checks} if checks is not None else {}),
         "command": "python examples/tiny_multitask/run.py " + " ".join(sys.argv[1:]),
     }
 
 
+def mode_list(text: str) -> list[str]:
+    modes = text.split(",")
+    if any(m not in MODES for m in modes) or len(set(modes)) != len(modes) or ("reference" in modes and len(modes) > 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(MODES)}, or sequential and waves once each")
+    return modes
+
+
 def argument_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", required=True, choices=MODES)
+    p.add_argument("--mode", required=True, type=mode_list, metavar="MODE[,MODE]",
+                   help="sequential, waves or reference; sequential,waves runs both in alternating blocks")
+    p.add_argument("--block", type=int, default=5,
+                   help="measured steps of one mode before the next runs, with several modes (default 5)")
     p.add_argument("--steps", type=int, default=30, help="measured optimizer steps (default 30)")
     p.add_argument("--warmup", type=int, default=3, help="steps run first and not measured (default 3)")
     p.add_argument("--repeats", type=int, default=3, help="runs of the steps from the same start (default 3)")
@@ -244,36 +286,47 @@ def argument_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     p = argument_parser()
     a = p.parse_args(argv)
-    if a.steps < 1 or a.warmup < 0 or a.repeats < 1 or a.speed_checks < 0:
-        p.error("--steps and --repeats must be at least 1, --warmup and --speed-checks at least 0")
+    if a.steps < 1 or a.warmup < 0 or a.repeats < 1 or a.speed_checks < 0 or a.block < 1:
+        p.error("--steps, --repeats and --block must be at least 1, --warmup and --speed-checks at least 0")
+    if len(a.mode) > 1 and (a.trace or a.schedule):
+        p.error("--trace and --schedule take one mode")
     if a.worker:
         a.workdir = Path(a.workdir)
         worker(a, json.loads((a.workdir / "setup.json").read_text()))
         return
-    if a.mode != "reference":
+    if a.mode != ["reference"]:
         a.fulcrum = fulcrum_cli(a.fulcrum)
     if a.trace:
         a.trace = str(Path(a.trace).resolve())
     with tempfile.TemporaryDirectory(prefix="tiny_multitask_") as scratch:
         a.workdir = Path(a.workdir or scratch).resolve()
         a.workdir.mkdir(parents=True, exist_ok=True)
-        setup = prepare(a)
-        if a.mode == "reference":
+        setups = {m: prepare(a, m) for m in a.mode}
+        if a.mode == ["reference"]:
             result = reference(a)
         else:
-            (a.workdir / "setup.json").write_text(json.dumps(setup))
-            result = summarize(a, setup, launch(a))
+            (a.workdir / "setup.json").write_text(json.dumps(setups))
+            ranks = launch(a)
+            results = {m: summarize(a, m, setups[m], ranks) for m in a.mode}
+            if len(a.mode) == 1:
+                result = results[a.mode[0]]
+            else:
+                result = {"modes": results, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
+                          "block": a.block, "order": ranks[0]["order"],
+                          **({"speed_checks": ranks[0]["speed_checks"]} if "speed_checks" in ranks[0] else {}),
+                          "command": "python examples/tiny_multitask/run.py " + " ".join(sys.argv[1:])}
     out = Path(a.out)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(out)
-    line = f"{a.mode}: loss {result['losses'][0]:.4f} -> {result['losses'][-1]:.4f}"
-    if a.mode != "reference":
-        line += (f", {result['step_seconds_mean'] * 1e3:.1f} ms per step (CV {result['step_seconds_cv']:.1%} over "
-                 f"{a.repeats} repeats, {result['arrangement']}")
-        if result["predicted_step_seconds"] is not None:
-            line += f"; simulated {result['predicted_step_seconds'] * 1e3:.1f} ms"
-    print(line + ("" if a.mode == "reference" else ")"))
+    for m, row in (result["modes"].items() if len(a.mode) > 1 else [(a.mode[0], result)]):
+        line = f"{m}: loss {row['losses'][0]:.4f} -> {row['losses'][-1]:.4f}"
+        if m != "reference":
+            line += (f", {row['step_seconds_mean'] * 1e3:.1f} ms per step (CV {row['step_seconds_cv']:.1%} over "
+                     f"{a.repeats} repeats, {row['arrangement']}")
+            if row["predicted_step_seconds"] is not None:
+                line += f"; simulated {row['predicted_step_seconds'] * 1e3:.1f} ms"
+        print(line + ("" if m == "reference" else ")"))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@
    model's forward and backward over calibration micro-batches (not the runs') is timed after every round of
    the profile and set against the profile's prediction for them; every profile entry is scaled by that ratio.
 2. Runs each mode for real (run.py), ``--repeats`` rounds with the modes interleaved, odd rounds in reverse
-   (fulcrum.profile.measurement_order). After every ``--speed-checks``-th measured step (outside its time) and
+   (fulcrum.profile.measurement_order). Within a round the modes of one layout (the pp modes; the dp modes) run
+   in the same two processes in alternating blocks of ``--block`` steps (run.py --mode pp-megatron,pp-planned,...),
+   so that the host's drift within the round falls on all of them alike; ``--block 0`` runs each mode in
+   processes of its own. After every ``--speed-checks``-th measured step (outside its time) and
    after every round the whole model and the optimizer step are timed again, never in the runs' own steps, each
    sample the slowest rank's (fulcrum.profile.SpeedCheck, slowest_rank_seconds): a shared host's speed moves
    within a run, by a third or more within minutes.
@@ -19,7 +22,8 @@
    minutes as the runs.
 4. Prints predicted and measured step times side by side and writes
    ``modes{<mode>{predicted_step_seconds, planned_step_seconds, measured_step_seconds, measured_cv,
-   tokens_per_second, ...}}`` and ``order`` (the modes each round ran, in turn).
+   tokens_per_second, ...}}``, ``order`` (the modes each round ran, in turn, or led their blocks with) and
+   ``block``.
 
 The measured step time is the mean over the measured steps of each step's median over the rounds (run.timing);
 ``measured_cv`` is the spread of the rounds' means.
@@ -159,9 +163,13 @@ def calibrate_whole_model(a) -> dict:
             "micro_batches": steps, "samples_per_micro_batch": run.CALIBRATION_GROUP}
 
 
-def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:
-    args = ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup), "--repeats", "1",
-            "--profile", str(a.workdir / "profile.json"), "--cluster", str(a.workdir / "cluster.json"),
+def run_args(a, modes: list[str], workdir: Path, out: Path) -> list[str]:
+    """run.py's arguments for ``modes`` (of one layout) run together, planned in ``workdir`` (one mode) or in its
+    ``<mode>/`` folders (several)."""
+    mode = modes[0]
+    args = ["--mode", ",".join(modes), "--block", str(a.block or a.steps), "--steps", str(a.steps), "--warmup",
+            str(a.warmup), "--repeats", "1", "--profile", str(a.workdir / "profile.json"), "--cluster",
+            str(a.workdir / "cluster.json"),
             "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out),
             "--speed-checks", str(a.speed_checks)]
     if mode.startswith("dp") and a.dp_samples_per_step:
@@ -173,9 +181,9 @@ def run_args(a, mode: str, workdir: Path, out: Path) -> list[str]:
 
 def predicted_seconds(a, mode: str, workdir: Path) -> dict:
     parser = run.argument_parser()
-    args = parser.parse_args(run_args(a, mode, workdir, workdir / "unused.json"))
+    args = parser.parse_args(run_args(a, [mode], workdir, workdir / "unused.json"))
     run.fill_defaults(args)
-    out = subprocess.run(run.simulate_command(args, workdir), capture_output=True, text=True)
+    out = subprocess.run(run.simulate_command(args, mode, workdir), capture_output=True, text=True)
     if out.returncode != 0:
         sys.stderr.write(out.stderr)
         sys.exit(f"compare.py: simulating {mode} failed")
@@ -194,8 +202,12 @@ def main() -> None:
     p.add_argument("--pp-samples-per-step", type=int, help="run.py's --samples-per-step for the pp modes")
     p.add_argument("--profile-rounds", type=int, default=5, help="passes over the profile grid (default 5)")
     p.add_argument("--speed-checks", type=int, default=3, metavar="N",
-                   help="time the whole model and the optimizer step after every N-th measured step of every run, "
-                        "outside the step's time (run.py --speed-checks; default 3, 0: only between rounds)")
+                   help="time the whole model and the optimizer step after every N-th measured step of every run "
+                        "(the modes run together counted together), outside the step's time (run.py --speed-checks; "
+                        "default 3, 0: only between rounds)")
+    p.add_argument("--block", type=int, default=5, metavar="STEPS",
+                   help="measured steps of one mode before the next of its layout runs, all in the same processes "
+                        "(default 5; 0: each mode in processes of its own)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="folder for the calibration and the runs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
@@ -214,8 +226,8 @@ def main() -> None:
     for m in modes:
         if m not in run.MODES:
             p.error(f"--modes: unknown mode {m!r} (choose from {', '.join(run.MODES)})")
-    if a.steps < 1 or a.repeats < 1 or a.warmup < 0 or a.speed_checks < 0:
-        p.error("--steps and --repeats must be at least 1, --warmup and --speed-checks at least 0")
+    if a.steps < 1 or a.repeats < 1 or a.warmup < 0 or a.speed_checks < 0 or a.block < 0:
+        p.error("--steps and --repeats must be at least 1, --warmup, --speed-checks and --block at least 0")
     a.fulcrum = run.fulcrum_cli(a.fulcrum)
     import fulcrum.profile as fp
 
@@ -235,16 +247,21 @@ def main() -> None:
         checks: list[Path] = []
         order = fp.measurement_order(modes, a.repeats)
         for r, round_modes in enumerate(order):
-            for m in round_modes:
-                out = a.workdir / f"{m}.{r}.json"
-                done = subprocess.run([sys.executable, str(HERE / "run.py"),
-                                       *run_args(a, m, a.workdir / m, out)], text=True)
+            for group in layout_groups(round_modes) if a.block else [[m] for m in round_modes]:
+                name = "+".join(group)
+                out = a.workdir / f"{name}.{r}.json"
+                # Each mode plans in a.workdir / mode, alone or beside the others of its layout.
+                workdir = a.workdir / group[0] if len(group) == 1 else a.workdir
+                done = subprocess.run([sys.executable, str(HERE / "run.py"), *run_args(a, group, workdir, out)],
+                                      text=True)
                 if done.returncode != 0:
-                    sys.exit(f"compare.py: run.py --mode {m} failed")
-                rounds[m].append(json.loads(out.read_text()))
+                    sys.exit(f"compare.py: run.py --mode {','.join(group)} failed")
+                result = json.loads(out.read_text())
+                for m, row in (result["modes"] if len(group) > 1 else {group[0]: result}).items():
+                    rounds[m].append(row)
                 if a.speed_checks:  # the whole model and the optimizer step timed beside the run's steps
-                    checks.append(a.workdir / f"check.{m}.{r}.json")
-                    fp.write_check(checks[-1], **rounds[m][-1]["speed_checks"])
+                    checks.append(a.workdir / f"check.{name}.{r}.json")
+                    fp.write_check(checks[-1], **result["speed_checks"])
             checks.append(a.workdir / f"check.{r}.json")
             run.start_ranks(Path(__file__).resolve(), ["--check-rank", str(checks[-1])])
         planned = {m: predicted_seconds(a, m, a.workdir / m)["predicted_step_seconds"] for m in modes}
@@ -255,7 +272,7 @@ def main() -> None:
                  "profile": json.loads((a.workdir / "profile.json").read_text()),
                  "cluster": json.loads((a.workdir / "cluster.json").read_text()),
                  "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
-                 "order": order, "modes": {}}
+                 "order": order, "block": a.block, "modes": {}}
         for m in modes:
             stats = run.timing([t for x in rounds[m] for t in x["step_seconds_by_repeat"]],
                                rounds[m][0]["real_tokens_per_step"])
@@ -289,6 +306,15 @@ def main() -> None:
               f"{'' if row['within_tolerance'] else '  outside max(15%, 3 CV)'}")
     for name, ratio in table["speedups"].items():
         print(f"{name}: {ratio:.3f}x real tokens/s")
+
+
+def layout_groups(modes: list[str]) -> list[list[str]]:
+    """``modes`` in their order, the modes of one layout (data-parallel and pipeline degrees) together, each group
+    where its first mode stands: run.py runs a group in one pair of processes."""
+    groups: dict[tuple, list[str]] = {}
+    for m in modes:
+        groups.setdefault(run.MODES[m][:2], []).append(m)
+    return list(groups.values())
 
 
 def speedups(modes: dict) -> dict:

@@ -29,6 +29,14 @@ each step's median over the repeats), ``step_seconds_cv`` (spread of the repeats
 mode trains on, before training, every ``--eval-every`` steps (warm-up included) and at the end (first repeat,
 outside the timed steps), so modes that see the epoch's samples in different orders compare on what they
 learned. With ``--speed-checks N``, ``speed_checks{whole_model_seconds, optimizer_seconds}`` (the slowest rank's).
+
+``--mode pp-planned,pp-bubbles`` (modes of one layout: the same data-parallel and pipeline degrees) runs them in the
+same two processes, each with a model, runtime and optimizer of its own and the batches and schedule its own run
+would have (planned in the work folder's ``<mode>/``): the warm-up steps of each (the last mode's first), then the
+measured steps in alternating blocks of ``--block`` steps (fulcrum.profile.alternating_blocks), so that a drift of
+the host's speed during the measurement falls on every mode alike. The result is then ``modes{<mode>{...}}``, each
+mode's record as above with the speed checks taken after its own steps, ``order`` (the blocks as the ranks ran
+them) and ``speed_checks`` (all of them; the check counts every ``N``-th measured step of any mode).
 """
 
 from __future__ import annotations
@@ -104,38 +112,39 @@ def cost_args(a, workdir: Path) -> list[str]:
     return args + (["--profile", a.profile] if a.profile else [])
 
 
-def prepare(a) -> dict:
-    """Writes the run's inputs into the work folder: the samples' lengths, the model, the batch plan and, for a
+def prepare(a, mode: str, workdir: Path) -> dict:
+    """Writes ``mode``'s inputs into ``workdir``: the samples' lengths, the model, the batch plan and, for a
     pipeline, its schedule. Returns what the workers need."""
     from data import scaled_lengths, write_lengths
     from model import TinyVlm, TinyVlmConfig
 
-    dp, pp, batcher, _ = MODES[a.mode]
+    workdir.mkdir(parents=True, exist_ok=True)
+    dp, pp, batcher, _ = MODES[mode]
     config = TinyVlmConfig()
     samples = a.steps * a.samples_per_step
     lengths = scaled_lengths(samples, config, seed=a.seed)
-    write_lengths(a.workdir / "lengths.json", lengths)
+    write_lengths(workdir / "lengths.json", lengths)
     model_json = TinyVlm(config).fulcrum_model()
-    (a.workdir / "tiny.json").write_text(json.dumps(model_json))
+    (workdir / "tiny.json").write_text(json.dumps(model_json))
     cli = a.fulcrum
     per_micro_batch = a.samples_per_step // (dp * a.micro_batches)
-    batches = a.workdir / "batches.json"
-    call([cli, "batch", "--data", str(a.workdir / "lengths.json"), "--dp", str(dp), "--algo", batcher,
+    batches = workdir / "batches.json"
+    call([cli, "batch", "--data", str(workdir / "lengths.json"), "--dp", str(dp), "--algo", batcher,
           "--samples-per-step", str(a.samples_per_step), "--microbatches", str(a.micro_batches),
           "--oversize", "own-group", "--seed", str(a.seed), "--quiet", "--out", str(batches),
-          *cost_args(a, a.workdir)])
+          *cost_args(a, workdir)])
     schedule = None
-    if a.mode == "pp-megatron":
-        schedule = a.workdir / "schedule.json"
+    if mode == "pp-megatron":
+        schedule = workdir / "schedule.json"
         call([cli, "simulate", "--gbs", str(a.samples_per_step), "--mbs", str(per_micro_batch), "--pp", str(pp),
               "--recompute", "none", "--encoder-placement", "first-stage", "--schedule", "1f1b",
-              "--save-schedule", str(schedule), "--quiet", "--json", *cost_args(a, a.workdir)])
-    elif a.mode in ("pp-planned", "pp-bubbles"):
-        schedule = a.workdir / "schedule.json"
-        call([cli, "plan", "--gbs", str(a.samples_per_step), "--data", str(a.workdir / "lengths.json"),
+              "--save-schedule", str(schedule), "--quiet", "--json", *cost_args(a, workdir)])
+    elif mode in ("pp-planned", "pp-bubbles"):
+        schedule = workdir / "schedule.json"
+        call([cli, "plan", "--gbs", str(a.samples_per_step), "--data", str(workdir / "lengths.json"),
               "--config", f"{dp},1,{pp},1,{per_micro_batch}", "--no-baselines", "--seed", str(a.seed),
-              "--encoders", "stages" if a.mode == "pp-planned" else "bubbles",
-              "--quiet", "--json", "--out", str(schedule), *cost_args(a, a.workdir)])
+              "--encoders", "stages" if mode == "pp-planned" else "bubbles",
+              "--quiet", "--json", "--out", str(schedule), *cost_args(a, workdir)])
     return {"batches": str(batches), "schedule": str(schedule) if schedule else None, "dp": dp, "pp": pp,
             "samples": samples}
 
@@ -160,22 +169,23 @@ def start_ranks(script: Path, args: list[str], world_size: int = 2) -> None:
         sys.exit(f"{script.name}: a rank failed (exit statuses {codes})")
 
 
-def launch(a, setup: dict) -> list[dict]:
+def launch(a, setups: dict) -> list[dict]:
     """Runs the two ranks and returns each one's record."""
     out = a.workdir / "rank.json"
     start_ranks(Path(__file__).resolve(), [
-        "--worker", json.dumps(setup), "--mode", a.mode, "--steps", str(a.steps), "--warmup", str(a.warmup),
-        "--repeats", str(a.repeats), "--samples-per-step", str(a.samples_per_step), "--micro-batches",
+        "--worker", json.dumps(setups), "--mode", ",".join(a.mode), "--block", str(a.block), "--steps",
+        str(a.steps), "--warmup", str(a.warmup), "--repeats", str(a.repeats), "--samples-per-step",
+        str(a.samples_per_step), "--micro-batches",
         str(a.micro_batches), "--seed", str(a.seed), "--lr", str(a.lr), "--held-out", str(a.held_out),
         "--eval-every", str(a.eval_every), "--speed-checks", str(a.speed_checks), "--out", str(out),
         *(["--trace", str(Path(a.trace).resolve())] if a.trace else [])])
     return [json.loads(out.with_suffix(f".{r}.json").read_text()) for r in range(2)]
 
 
-def simulate_command(a, workdir: Path) -> list[str]:
-    """The `fulcrum simulate` call that predicts the measured steps of the run prepared in ``workdir``: the
-    same samples, batches, schedule and costs."""
-    dp, pp, batcher, _ = MODES[a.mode]
+def simulate_command(a, mode: str, workdir: Path) -> list[str]:
+    """The `fulcrum simulate` call that predicts the measured steps of ``mode``'s run prepared in ``workdir``:
+    the same samples, batches, schedule and costs."""
+    dp, pp, batcher, _ = MODES[mode]
     cmd = [a.fulcrum, "simulate", "--gbs", str(a.samples_per_step),
            "--mbs", str(a.samples_per_step // (dp * a.micro_batches)), "--data", str(workdir / "lengths.json"),
            "--batcher", batcher, "--seed", str(a.seed), "--step", "0", "--steps", str(a.steps),
@@ -204,15 +214,17 @@ def timing(step_seconds_by_repeat: list[list[float]], real_tokens: list[int]) ->
     }
 
 
-def summarize(a, setup: dict, ranks: list[dict]) -> dict:
-    """The slowest rank's time of each step, and its statistics over the measured steps and repeats."""
+def summarize(a, mode: str, setup: dict, ranks: list[dict]) -> dict:
+    """``mode``'s slowest-rank time of each step, and its statistics over the measured steps and repeats."""
+    checks = ranks[0]["modes"][mode]["speed_checks"] if "speed_checks" in ranks[0] else None
+    ranks = [rank["modes"][mode] for rank in ranks]
     by_repeat = [[max(rank["repeats"][r]["step_seconds"][s] for rank in ranks) for s in range(a.steps)]
                  for r in range(a.repeats)]
     tokens = ranks[0]["repeats"][0]["real_tokens"]
     return {
-        "mode": a.mode, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
+        "mode": mode, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
         "samples_per_step": a.samples_per_step, "micro_batches_per_rank": a.micro_batches, "dp": setup["dp"],
-        "pp": setup["pp"], "batcher": MODES[a.mode][2], "engine": ranks[0]["engine"],
+        "pp": setup["pp"], "batcher": MODES[mode][2], "engine": ranks[0]["engine"],
         "stages": ranks[0]["stages"], "schedule": ranks[0]["pipeline"], "encoder": ranks[0]["encoder"],
         **timing(by_repeat, tokens),
         "real_tokens_per_step": tokens,
@@ -224,7 +236,7 @@ def summarize(a, setup: dict, ranks: list[dict]) -> dict:
                       "wait_seconds": statistics.fmean(w for rep in rank["repeats"] for w in rep["wait_seconds"])}
                      for i, rank in enumerate(ranks)],
         "step_seconds_by_repeat": by_repeat,
-        **({"speed_checks": ranks[0]["speed_checks"]} if "speed_checks" in ranks[0] else {}),
+        **({"speed_checks": checks} if checks is not None else {}),
         "command": "python examples/tiny_vlm/run.py " + " ".join(sys.argv[1:]),
     }
 
@@ -248,11 +260,14 @@ def held_out_loss(model, owners: list[int], batches: list[dict], labelled_tokens
     return total / labelled_tokens
 
 
-def worker(a, setup: dict) -> None:
+def worker(a, setups: dict) -> None:
+    """Every mode of ``setups`` (mode: prepare's record) on this rank: the warm-up steps of each in turn, then the
+    measured steps in alternating blocks (the module's docstring), every repeat from new models."""
     import numpy as np
     import torch
     import torch.distributed as dist
 
+    import fulcrum.profile as fp
     import fulcrum.runtime as fr
     from fulcrum.runtime.timeline import COMPUTE
     from data import SyntheticVlmData, caps_for, loss_tokens, pack, pad, scaled_lengths
@@ -262,69 +277,86 @@ def worker(a, setup: dict) -> None:
     torch.set_num_interop_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    dp, pp, _, collate = MODES[a.mode]
+    modes = list(setups)
+    dp, pp, _, _ = MODES[modes[0]]  # every mode of one run has the same layout (main checks)
     dp_rank = rank % dp
     config = TinyVlmConfig()
-    lengths = scaled_lengths(setup["samples"], config, seed=a.seed)
+    samples = setups[modes[0]]["samples"]
+    lengths = scaled_lengths(samples, config, seed=a.seed)
     data = SyntheticVlmData(lengths, config, seed=a.seed)
-    plan = json.loads(Path(setup["batches"]).read_text())
-    if len(plan["steps"]) != a.steps:
-        raise SystemExit(f"the batch plan has {len(plan['steps'])} steps, {a.steps} were planned")
     # Warm-up steps rerun the epoch's first batches, so the measured steps are the whole epoch in every mode.
     order = [s % a.steps for s in range(a.warmup)] + list(range(a.steps))
-    steps = plan["steps"]
     per_loss = loss_tokens(lengths)
-    caps = caps_for(lengths, [g for step in steps for g in step[dp_rank]]) if collate == "caps" else None
 
-    def collated(ids):
-        samples = [data[i] for i in ids]
-        if collate == "pad":
-            return pad(samples)
-        return pack(samples, *caps) if caps else pack(samples)
+    def mode_batches(mode: str) -> dict:
+        """The micro-batches this rank trains on in ``mode``, collated before the clock starts, and each step's
+        loss-bearing and real token counts over all ranks."""
+        collate = MODES[mode][3]
+        steps = json.loads(Path(setups[mode]["batches"]).read_text())["steps"]
+        if len(steps) != a.steps:
+            raise SystemExit(f"the batch plan has {len(steps)} steps, {a.steps} were planned")
+        caps = caps_for(lengths, [g for step in steps for g in step[dp_rank]]) if collate == "caps" else None
 
-    # Every micro-batch this rank trains on, collated before the clock starts.
-    batches = [[collated(g) for g in step[dp_rank]] for step in steps]
+        def collated(ids):
+            samples = [data[i] for i in ids]
+            if collate == "pad":
+                return pad(samples)
+            return pack(samples, *caps) if caps else pack(samples)
+
+        return {"batches": [[collated(g) for g in step[dp_rank]] for step in steps],
+                "loss_tokens": [int(sum(per_loss[i] for rank_mbs in step for g in rank_mbs for i in g))
+                                for step in steps],
+                "real_tokens": [int(sum(lengths.tokens[i] for rank_mbs in step for g in rank_mbs for i in g))
+                                for step in steps]}
+
+    inputs = {m: mode_batches(m) for m in modes}
     held_lengths = scaled_lengths(a.held_out, config, seed=a.seed + 1)
     held_data = SyntheticVlmData(held_lengths, config, seed=a.seed, first_index=HELD_OUT_FIRST_INDEX)
     held_batches = [pack([held_data[i]]) for i in range(a.held_out)]
     held_tokens = int(loss_tokens(held_lengths).sum())
-    step_loss_tokens = [int(sum(per_loss[i] for rank_mbs in step for g in rank_mbs for i in g)) for step in steps]
-    step_real_tokens = [int(sum(lengths.tokens[i] for rank_mbs in step for g in rank_mbs for i in g))
-                        for step in steps]
 
-    record = {"repeats": [], "held_out_losses": []}
+    record = {"modes": {m: {"repeats": [], "held_out_losses": [],
+                            "speed_checks": {"whole_model_seconds": [], "optimizer_seconds": []}} for m in modes},
+              "order": []}
     check = None
     if a.speed_checks:
         # The host's speed beside the steps: the whole model on a copy of its own over the calibration batches.
-        import fulcrum.profile as fp
-
         copy, calibration = TinyVlm(config, seed=a.seed), calibration_batches(config)
         check = fp.SpeedCheck(lambda: whole_model_pass(copy, calibration), copy.parameters(), every=a.speed_checks)
-    for _ in range(a.repeats):
-        model = TinyVlm(config, seed=a.seed)
-        runtime = fr.Runtime(model, setup["schedule"], token_loss_sum, micro_batches=a.micro_batches)
-        optimizer = torch.optim.AdamW(list(runtime.parameters()), lr=a.lr)
-        p = runtime.plan
-        record.update(engine=runtime.engine, stages=[list(s) for s in p.stages], pipeline=p.pipeline,
-                      encoder=None if p.encoder is None else {
-                          "dp": p.encoder.dp, "pp": p.encoder.pp, "stages": [list(s) for s in p.encoder.stages],
-                          "llm_micro_batch": [list(m) for m in p.encoder.llm_micro_batch]})
-        owners = p.layer_ranks()  # the global rank training each layer, in data-parallel replica 0
-        evaluate = not record["repeats"] and a.held_out > 0
-        held_out = []
+    for repeat in range(a.repeats):
+        runs = {}
+        for m in modes:
+            model = TinyVlm(config, seed=a.seed)
+            runtime = fr.Runtime(model, setups[m]["schedule"], token_loss_sum, micro_batches=a.micro_batches)
+            optimizer = torch.optim.AdamW(list(runtime.parameters()), lr=a.lr)
+            p = runtime.plan
+            record["modes"][m].update(
+                engine=runtime.engine, stages=[list(s) for s in p.stages], pipeline=p.pipeline,
+                encoder=None if p.encoder is None else {
+                    "dp": p.encoder.dp, "pp": p.encoder.pp, "stages": [list(s) for s in p.encoder.stages],
+                    "llm_micro_batch": [list(m) for m in p.encoder.llm_micro_batch]})
+            rep = {"step_seconds": [None] * a.steps, "compute_seconds": [None] * a.steps,
+                   "wait_seconds": [None] * a.steps, "losses": [], "real_tokens": [None] * a.steps}
+            record["modes"][m]["repeats"].append(rep)
+            # The first repeat evaluates on the held-out samples; every layer's weights come from the rank that
+            # trains them (in data-parallel replica 0).
+            runs[m] = {"model": model, "runtime": runtime, "optimizer": optimizer, "rep": rep,
+                       "owners": p.layer_ranks(), "evaluate": repeat == 0 and a.held_out > 0, "held_out": []}
 
-        def note_held_out(done: int) -> None:
-            loss = held_out_loss(model, owners, held_batches, held_tokens)
+        def note_held_out(run: dict, done: int) -> None:
+            loss = held_out_loss(run["model"], run["owners"], held_batches, held_tokens)
             if loss is not None:
-                held_out.append([done, loss])
+                run["held_out"].append([done, loss])
 
-        rep = {"step_seconds": [], "compute_seconds": [], "wait_seconds": [], "losses": [], "real_tokens": []}
-        for k, s in enumerate(order):
-            if evaluate and k == 0:
-                note_held_out(0)
+        def train(m: str, k: int) -> None:
+            """Step ``k`` of ``order`` (warm-up ones first) in mode ``m``, timed from the ranks' common start."""
+            run, s = runs[m], order[k]
+            runtime, optimizer, rep = run["runtime"], run["optimizer"], run["rep"]
+            if run["evaluate"] and k == 0:
+                note_held_out(run, 0)
             dist.barrier()
             start = time.perf_counter()
-            result = runtime.step(batches[s], step_tokens=step_loss_tokens[s])
+            result = runtime.step(inputs[m]["batches"][s], step_tokens=inputs[m]["loss_tokens"][s])
             optimizer_start = time.perf_counter()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -333,34 +365,58 @@ def worker(a, setup: dict) -> None:
             runtime.timeline.add(fr.Event("optimizer", "optimizer", COMPUTE, optimizer_start - origin, end - origin))
             rep["losses"].append(result.loss)
             if k >= a.warmup:
-                rep["step_seconds"].append(end - start)
-                rep["compute_seconds"].append(result.compute_seconds + end - optimizer_start)
-                rep["wait_seconds"].append(result.wait_seconds)
-                rep["real_tokens"].append(step_real_tokens[s])
-            if check and k >= a.warmup:
-                check()
-            if evaluate and ((k + 1) % a.eval_every == 0 or k + 1 == len(order)):
-                note_held_out(k + 1)
-        if evaluate:
-            record["held_out_losses"] = held_out
-        record["repeats"].append(rep)
-        if not np.isfinite(rep["losses"]).all():
-            raise SystemExit(f"rank {rank}: the loss diverged: {rep['losses']}")
+                rep["step_seconds"][k - a.warmup] = end - start
+                rep["compute_seconds"][k - a.warmup] = result.compute_seconds + end - optimizer_start
+                rep["wait_seconds"][k - a.warmup] = result.wait_seconds
+                rep["real_tokens"][k - a.warmup] = inputs[m]["real_tokens"][s]
+                if check and check():  # a sample taken: it stands beside this mode's steps
+                    for key, samples in record["modes"][m]["speed_checks"].items():
+                        samples.append(check.samples()[key][-1])
+            if run["evaluate"] and ((k + 1) % a.eval_every == 0 or k + 1 == len(order)):
+                note_held_out(run, k + 1)
+
+        # The last mode warms up first, so that the first measured block follows its own mode's warm-up.
+        for m in reversed(modes):
+            for k in range(a.warmup):
+                train(m, k)
+        for m, first, end in fp.alternating_blocks(modes, a.steps, a.block):
+            for s in range(first, end):
+                train(m, a.warmup + s)
+            if repeat == 0:
+                record["order"].append([m, first, end])
+        for m in modes:
+            if runs[m]["evaluate"]:
+                record["modes"][m]["held_out_losses"] = runs[m]["held_out"]
+            if not np.isfinite(runs[m]["rep"]["losses"]).all():
+                raise SystemExit(f"rank {rank}: the loss diverged in {m}: {runs[m]['rep']['losses']}")
     if check:
         record["speed_checks"] = check.samples()
     Path(a.out).with_suffix(f".{rank}.json").write_text(json.dumps(record))
     if a.trace:
         # The last step of the last repeat, every rank's events on one clock (the step starts together).
         events = [None] * dist.get_world_size()
-        dist.all_gather_object(events, list(runtime.timeline.current))
+        dist.all_gather_object(events, list(runs[modes[0]]["runtime"].timeline.current))
         if rank == 0:
-            fr.write_chrome_trace(a.trace, list(enumerate(events)), f"tiny_vlm {a.mode}")
+            fr.write_chrome_trace(a.trace, list(enumerate(events)), f"tiny_vlm {modes[0]}")
     fr.end_rank()
+
+
+def mode_list(text: str) -> list[str]:
+    modes = text.split(",")
+    if any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"{text!r}: modes from {', '.join(MODES)}, each once")
+    if len({MODES[m][:2] for m in modes}) > 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: modes run together must have one layout (all dp or all pp)")
+    return modes
 
 
 def argument_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", required=True, choices=list(MODES))
+    p.add_argument("--mode", required=True, type=mode_list, metavar="MODE[,MODE...]",
+                   help=f"{', '.join(MODES)}; several of one layout (the pp modes, or the dp modes) run in "
+                        "alternating blocks in the same processes")
+    p.add_argument("--block", type=int, default=5,
+                   help="measured steps of one mode before the next runs, with several modes (default 5)")
     p.add_argument("--steps", type=int, default=30, help="measured optimizer steps (default 30)")
     p.add_argument("--warmup", type=int, default=3, help="steps run first and not measured (default 3)")
     p.add_argument("--repeats", type=int, default=3, help="runs of the steps from the same start (default 3)")
@@ -388,7 +444,7 @@ def argument_parser() -> argparse.ArgumentParser:
 
 def fill_defaults(a) -> None:
     if a.micro_batches is None:
-        a.micro_batches = 1 if MODES[a.mode][1] == 1 else 4
+        a.micro_batches = 1 if MODES[a.mode[0]][1] == 1 else 4
     if not a.worker:
         a.fulcrum = fulcrum_cli(a.fulcrum)
 
@@ -400,29 +456,40 @@ def main(argv=None) -> None:
     if a.worker:
         worker(a, json.loads(a.worker))
         return
-    dp = MODES[a.mode][0]
+    dp = MODES[a.mode[0]][0]
     if (a.steps < 1 or a.warmup < 0 or a.repeats < 1 or a.micro_batches < 1 or a.held_out < 0 or a.eval_every < 1
-            or a.speed_checks < 0):
-        p.error("--steps, --repeats and --eval-every must be at least 1, --warmup, --held-out and --speed-checks at "
-                "least 0")
+            or a.speed_checks < 0 or a.block < 1):
+        p.error("--steps, --repeats, --eval-every and --block must be at least 1, --warmup, --held-out and "
+                "--speed-checks at least 0")
+    if len(a.mode) > 1 and a.trace:
+        p.error("--trace takes one mode")
     if a.samples_per_step % (dp * a.micro_batches):
         p.error(f"--samples-per-step {a.samples_per_step} must divide into {dp} ranks × {a.micro_batches} "
                 "micro-batches")
     with tempfile.TemporaryDirectory(prefix="tiny_vlm_") as scratch:
         a.workdir = Path(a.workdir or scratch)
         a.workdir.mkdir(parents=True, exist_ok=True)
-        setup = prepare(a)
-        result = summarize(a, setup, launch(a, setup))
+        # One mode plans in the work folder itself; several, each in a folder of its own there.
+        setups = {m: prepare(a, m, a.workdir if len(a.mode) == 1 else a.workdir / m) for m in a.mode}
+        ranks = launch(a, setups)
+        results = {m: summarize(a, m, setups[m], ranks) for m in a.mode}
+    if len(a.mode) == 1:
+        result = results[a.mode[0]]
+    else:
+        result = {"modes": results, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
+                  "block": a.block, "order": ranks[0]["order"],
+                  **({"speed_checks": ranks[0]["speed_checks"]} if "speed_checks" in ranks[0] else {}),
+                  "command": "python examples/tiny_vlm/run.py " + " ".join(sys.argv[1:])}
     out = Path(a.out)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(out)
-    print(f"{a.mode}: {result['step_seconds_mean'] * 1e3:.1f} ms per step (median "
-          f"{result['step_seconds_median'] * 1e3:.1f}, CV {result['step_seconds_cv']:.1%} over {a.repeats} repeats), "
-          f"{result['tokens_per_second']:.0f} real tokens/s, loss {result['losses'][0]:.3f} -> "
-          f"{result['losses'][-1]:.3f}" + (f", held-out {result['held_out_losses'][0][1]:.3f} -> "
-                                           f"{result['held_out_losses'][-1][1]:.3f}"
-                                           if result["held_out_losses"] else ""))
+    for m, row in results.items():
+        print(f"{m}: {row['step_seconds_mean'] * 1e3:.1f} ms per step (median "
+              f"{row['step_seconds_median'] * 1e3:.1f}, CV {row['step_seconds_cv']:.1%} over {a.repeats} repeats), "
+              f"{row['tokens_per_second']:.0f} real tokens/s, loss {row['losses'][0]:.3f} -> "
+              f"{row['losses'][-1]:.3f}" + (f", held-out {row['held_out_losses'][0][1]:.3f} -> "
+                                            f"{row['held_out_losses'][-1][1]:.3f}" if row["held_out_losses"] else ""))
 
 
 if __name__ == "__main__":

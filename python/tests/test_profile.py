@@ -258,9 +258,8 @@ def test_a_speed_check_times_its_own_work_every_nth_call():
         layer(torch.ones(2, 4)).sum().backward()
 
     check = fp.SpeedCheck(forward_backward, layer.parameters(), every=3)
-    for _ in range(7):
-        check()
-    # Calls 1, 4 and 7 are timed: the work and an optimizer step each.
+    # Calls 1, 4 and 7 are timed (and say so): the work and an optimizer step each.
+    assert [check() for _ in range(7)] == [True, False, False, True, False, False, True]
     assert len(calls) == 3
     assert len(check.whole_model_seconds) == len(check.optimizer_seconds) == 3
     assert min(check.whole_model_seconds) >= 0.01
@@ -276,6 +275,26 @@ def test_odd_rounds_run_the_modes_in_reverse():
     assert fp.measurement_order(("a", "b", "c"), 3) == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
     assert fp.measurement_order(["a", "b"], 1) == [["a", "b"]]
     assert fp.measurement_order(["a", "b"], 0) == []
+
+
+def test_alternating_blocks_run_every_step_of_every_mode_once_with_the_order_turned_each_block():
+    order = fp.alternating_blocks(("a", "b"), 7, 3)
+    assert order == [("a", 0, 3), ("b", 0, 3), ("b", 3, 6), ("a", 3, 6), ("a", 6, 7), ("b", 6, 7)]
+    # Each mode meets every step once, whatever the block; over a whole number of pairs of blocks each mode runs
+    # first in as many blocks as the other, so a linear drift of the host's speed charges both alike.
+    for modes, steps, block in ((("x", "y", "z"), 30, 5), (("x", "y"), 30, 1), (("x", "y"), 10, 3)):
+        order = fp.alternating_blocks(modes, steps, block)
+        for m in modes:
+            covered = [s for mode, first, end in order if mode == m for s in range(first, end)]
+            assert covered == list(range(steps)), (m, order)
+        firsts = [order[i][0] for i in range(0, len(order), len(modes))]
+        assert firsts.count(modes[0]) == firsts.count(modes[-1]) == len(firsts) // 2, firsts
+    assert [b[0] for b in fp.alternating_blocks(("x",), 4, 3)] == ["x", "x"]
+    assert fp.alternating_blocks(("a", "b"), 0, 5) == []
+    with pytest.raises(ValueError, match="at least 1"):
+        fp.alternating_blocks(("a", "b"), 10, 0)
+    with pytest.raises(ValueError, match="once"):
+        fp.alternating_blocks(("a", "a"), 10, 2)
 
 
 def test_a_size_correction_is_linear_in_log_tokens_between_its_points():

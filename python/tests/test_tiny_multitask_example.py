@@ -56,6 +56,40 @@ def test_both_modes_train_with_the_losses_of_one_process(mode, reference, tmp_pa
         assert all(s[10] == [0, 1] for s in slices)
 
 
+def test_both_modes_in_one_pair_of_processes_train_as_each_alone(tmp_path):
+    # Two warm-up steps, then alternating blocks of two: each mode's model, runtime and optimizer carry on from its
+    # own last step whatever the other mode ran in between, so both train with the single-process losses of the
+    # same steps (the warm-up reruns the epoch's first batches).
+    steps = ["--steps", "4", "--warmup", "2", "--repeats", "1", "--optimizer", "sgd", "--lr", "0.05"]
+
+    def run(mode, *extra):
+        out = tmp_path / f"{mode}.json"
+        done = subprocess.run([sys.executable, str(EXAMPLE / "run.py"), "--mode", mode, *steps, "--workdir",
+                               str(tmp_path / mode), "--out", str(out), *extra],
+                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+        return json.loads(out.read_text())
+
+    reference = run("reference")
+    result = run("sequential,waves", "--block", "2", "--speed-checks", "1")
+    assert set(result["modes"]) == {"sequential", "waves"}
+    for mode, row in result["modes"].items():
+        assert len(row["losses"]) == len(reference["losses"]) == 6
+        assert row["losses"] == pytest.approx(reference["losses"], rel=1e-4), mode
+        for got, want in zip(row["task_losses"], reference["task_losses"], strict=True):
+            assert got == pytest.approx(want, rel=1e-4), mode
+        assert (tmp_path / "sequential,waves" / f"{mode}.schedule.json").is_file()
+        assert len(row["step_seconds_by_repeat"][0]) == 4 and all(t > 0 for t in row["step_seconds_by_repeat"][0])
+        # A speed check after each of the mode's own measured steps, and only those.
+        assert len(row["speed_checks"]["whole_model_seconds"]) == 4, mode
+    # The blocks as the ranks ran them.
+    assert [tuple(b) for b in result["order"]] == [("sequential", 0, 2), ("waves", 0, 2), ("waves", 2, 4),
+                                                   ("sequential", 2, 4)]
+    pooled = result["speed_checks"]["whole_model_seconds"]
+    assert sorted(pooled) == sorted(t for row in result["modes"].values()
+                                    for t in row["speed_checks"]["whole_model_seconds"])
+
+
 def test_gradients_zeroed_in_place_train_the_same(reference, tmp_path):
     # The runtime's gradient buckets: a model that holds .grad tensors of its own before the first step, which the
     # optimizer then zeroes in place, still has its gradients accumulated into the buffers the all-reduce sends;
@@ -163,17 +197,20 @@ def test_wave_plans_are_checked(tmp_path):
 def test_compare_predicts_the_schedules_that_ran(tmp_path):
     out, work = tmp_path / "table.json", tmp_path / "work"
     done = subprocess.run([sys.executable, str(EXAMPLE / "compare.py"), "--steps", "2", "--warmup", "1", "--repeats",
-                           "1", "--profile-rounds", "1", "--workdir", str(work), "--out", str(out)],
+                           "1", "--profile-rounds", "1", "--block", "1", "--workdir", str(work), "--out", str(out)],
                           cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     table = json.loads(out.read_text())
     assert set(table["modes"]) == {"sequential", "waves"}
-    assert table["order"] == [["sequential", "waves"]]
+    assert table["order"] == [["sequential", "waves"]] and table["block"] == 1
+    ran = json.loads((work / "sequential+waves.0.json").read_text())
+    assert [tuple(b) for b in ran["order"]] == [("sequential", 0, 1), ("waves", 0, 1), ("waves", 1, 2),
+                                                ("sequential", 1, 2)]
     # The profile the runs are predicted with is the layers' own corrected for size and scaled by the median of
     # the whole model's samples: the calibration's three, the check's three after the one round, and one after
-    # each measured step of each run (two runs of two steps).
+    # each measured step of each mode (both modes' two steps, run in one pair of processes: two checks in all).
     across = table["calibration"]["across_runs"]
-    assert across["checks"] == 3 and across["whole_model_samples"] == 10, across
+    assert across["checks"] == 2 and across["whole_model_samples"] == 10, across
     whole = table["calibration"]["whole_model"]
     (half_tokens, half_correction), (tokens, one) = whole["size_correction"]
     assert half_tokens == tokens / 2 and one == 1.0 and 0.3 < half_correction < 3, whole
@@ -187,8 +224,27 @@ def test_compare_predicts_the_schedules_that_ran(tmp_path):
             [t * across["factor"] * correction(n) for t, n in zip(own["seconds"], own["tokens"])], rel=1e-12)
     for mode, row in table["modes"].items():
         # Every rank steps a whole AdamW, so the schedules that ran keep the optimizer state whole.
-        schedule = json.loads((work / mode / f"{mode}.schedule.json").read_text())
+        schedule = json.loads((work / "interleaved" / f"{mode}.schedule.json").read_text())
         assert schedule["layout"]["state_sharding"] == "zero-0", mode
         # Two steps are too few to hold the simulator to its target, but not to being the right size.
         assert row["planned_step_seconds"] > 0
         assert 0.5 < row["predicted_step_seconds"] / row["measured_step_seconds"] < 2, (mode, row)
+
+
+def test_compare_runs_both_modes_in_one_pair_of_processes_or_each_in_its_own(tmp_path):
+    spec = importlib.util.spec_from_file_location("tiny_multitask_compare", EXAMPLE / "compare.py")
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    args = compare.argparse.Namespace(steps=30, warmup=3, workdir=tmp_path, seed=0, fulcrum="fulcrum",
+                                      speed_checks=1, block=5)
+
+    def flag(argv, name):
+        return argv[argv.index(name) + 1]
+
+    together = compare.run_args(args, ["waves", "sequential"], tmp_path / "out.json")
+    assert flag(together, "--mode") == "waves,sequential" and flag(together, "--block") == "5"
+    assert flag(together, "--workdir") == str(tmp_path / "interleaved") == str(compare.run_dir(args, "waves"))
+    args.block = 0  # each mode in processes of its own, planned in a folder of its own, as one block of all steps
+    alone = compare.run_args(args, ["waves"], tmp_path / "out.json")
+    assert flag(alone, "--mode") == "waves" and flag(alone, "--block") == "30"
+    assert flag(alone, "--workdir") == str(tmp_path / "waves") == str(compare.run_dir(args, "waves"))

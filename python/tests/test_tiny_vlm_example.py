@@ -94,6 +94,25 @@ def test_encoder_in_the_pipelines_bubbles_trains_as_the_planned_pipeline(tmp_pat
     assert [k for k, _ in bubbles["held_out_losses"]] == [k for k, _ in planned["held_out_losses"]]
     assert [x for _, x in bubbles["held_out_losses"]] == pytest.approx([x for _, x in planned["held_out_losses"]],
                                                                         rel=1e-4)
+    # Both again in one pair of processes, in alternating blocks of one step: each mode's model, runtime and
+    # optimizer carry on from its own last step, so each trains as it did alone.
+    out, work = tmp_path / "together.json", tmp_path / "together"
+    run_example("run.py", "--mode", "pp-planned,pp-bubbles", "--block", 1, "--steps", 2, "--warmup", 1, "--repeats",
+                1, "--speed-checks", 1, "--workdir", work, "--out", out)
+    together = json.loads(out.read_text())
+    assert [tuple(b) for b in together["order"]] == [("pp-planned", 0, 1), ("pp-bubbles", 0, 1),
+                                                      ("pp-bubbles", 1, 2), ("pp-planned", 1, 2)]
+    for row in together["modes"].values():  # a speed check after each of the mode's own two measured steps
+        assert len(row["speed_checks"]["whole_model_seconds"]) == 2
+    for alone in (planned, bubbles):
+        row = together["modes"][alone["mode"]]
+        assert row["losses"] == pytest.approx(alone["losses"], rel=1e-4)
+        assert [k for k, _ in row["held_out_losses"]] == [k for k, _ in alone["held_out_losses"]]
+        assert [x for _, x in row["held_out_losses"]] == pytest.approx([x for _, x in alone["held_out_losses"]],
+                                                                       rel=1e-4)
+        assert row["stages"] == alone["stages"] and row["encoder"] == alone["encoder"]
+        assert (work / alone["mode"] / "schedule.json").is_file()
+    assert len(together["speed_checks"]["whole_model_seconds"]) == 4  # after each measured step of each mode
 
 
 def test_megatron_pipeline_holds_the_encoder_in_the_first_stage(tmp_path):
@@ -105,11 +124,11 @@ def test_megatron_pipeline_holds_the_encoder_in_the_first_stage(tmp_path):
 
 def test_compare_lays_predictions_beside_measurements(tmp_path):
     out = tmp_path / "table.json"
-    done = run_example("compare.py", "--modes", "dp-random-packed,pp-megatron", "--steps", 2, "--warmup", 1,
+    done = run_example("compare.py", "--modes", "dp-random-packed,pp-megatron,pp-planned", "--steps", 2, "--warmup", 1,
                        "--repeats", 1, "--profile-rounds", 1, "--workdir", tmp_path / "work", "--out", out,
                        timeout=400)
     table = json.loads(out.read_text())
-    assert set(table["modes"]) == {"dp-random-packed", "pp-megatron"}
+    assert set(table["modes"]) == {"dp-random-packed", "pp-megatron", "pp-planned"} and table["block"] == 5
     assert "predicted" in done.stdout and "pp-megatron" in done.stdout
     # The calibration wrote a profile for every layer shape and a cluster file the simulator read.
     assert table["cluster"]["preset"] == "cpu:2" and table["profile"]["entries"]
@@ -120,13 +139,17 @@ def test_compare_lays_predictions_beside_measurements(tmp_path):
     assert 0.5 < whole["factor"] < 3, whole
     assert abs(whole["factor"] - whole["measured_seconds"] / whole["predicted_seconds"]) < 1e-12
     # The profile the runs are predicted with is the layers' own scaled by the median of the whole model's
-    # samples, the calibration's, the check's after the one round and one beside the first measured step of each
-    # run (run.py --speed-checks 3), over the layer profile's prediction.
+    # samples, the calibration's, the check's after the one round and those beside the measured steps
+    # (run.py --speed-checks 3: every third step). The two pp modes ran in one pair of processes, in blocks
+    # (megatron's two steps, planned's two, so the first and fourth steps were checked); the dp mode on its own
+    # (its first step).
     work = tmp_path / "work"
     samples = json.loads((work / "whole_model.json").read_text())["samples"]
     samples += [t for c in sorted(work.glob("check.*.json")) for t in json.loads(c.read_text())["whole_model_seconds"]]
     across = table["calibration"]["across_runs"]
-    assert across["checks"] == 3 and across["whole_model_samples"] == len(samples) == 8, across
+    assert sorted(c.name for c in work.glob("check.*.json")) == [
+        "check.0.json", "check.dp-random-packed.0.json", "check.pp-megatron+pp-planned.0.json"]
+    assert across["checks"] == 3 and across["whole_model_samples"] == len(samples) == 9, across
     assert across["factor"] == pytest.approx(statistics.median(samples) / whole["predicted_seconds"], rel=1e-12)
     assert 0.5 < across["factor"] < 3, across
     layers = json.loads((work / "profile_layers.json").read_text())

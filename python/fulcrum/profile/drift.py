@@ -100,6 +100,22 @@ def measurement_order(modes: Sequence[str], repeats: int) -> list[list[str]]:
     return [list(modes) if r % 2 == 0 else list(modes)[::-1] for r in range(repeats)]
 
 
+def alternating_blocks(modes: Sequence[str], steps: int, block: int) -> list[tuple[str, int, int]]:
+    """Steps ``0 .. steps-1`` of every mode, ``block`` steps at a time, as ``(mode, first, end)`` in the order one
+    process runs them: the modes in turn for each block, their order reversed every other block (a b b a a b ...),
+    so that a drift of the host's speed within the measurement falls on every mode alike (exactly so for a linear
+    drift over an even number of blocks), and no mode always runs right after another."""
+    if block < 1:
+        raise ValueError(f"blocks of {block} steps: a block must be at least 1 step")
+    if len(set(modes)) != len(modes):
+        raise ValueError(f"modes {list(modes)}: each may run only once a block")
+    order = []
+    for b, first in enumerate(range(0, steps, block)):
+        for m in (list(modes) if b % 2 == 0 else list(modes)[::-1]):
+            order.append((m, first, min(first + block, steps)))
+    return order
+
+
 def write_check(path: Union[str, os.PathLike], whole_model_seconds: Sequence[float],
                 optimizer_seconds: Sequence[float]) -> None:
     """One check taken between rounds: the whole model's times and the optimizer step's, as JSON."""
@@ -154,10 +170,11 @@ class SpeedCheck:
         self.whole_model_seconds: list[float] = []
         self.optimizer_seconds: list[float] = []
 
-    def __call__(self) -> None:
+    def __call__(self) -> bool:
+        """Takes a sample if this call is one of every ``every``-th; returns whether it did."""
         self.calls += 1
         if (self.calls - 1) % self.every:
-            return
+            return False
         self._barrier()
         start = time.perf_counter()
         self.forward_backward()
@@ -167,6 +184,7 @@ class SpeedCheck:
         self.optimizer.step()
         self.optimizer_seconds.append(slowest_rank_seconds(time.perf_counter() - start))
         self.optimizer.zero_grad(set_to_none=True)
+        return True
 
     def samples(self) -> dict:
         """The samples so far as JSON, with write_check's argument names (``write_check(path, **samples)``)."""
