@@ -247,9 +247,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="rounds over the modes (default 3)")
     p.add_argument("--profile-rounds", type=int, default=5, help="passes over the profile grid (default 5)")
     p.add_argument("--speed-checks", type=int, default=1, metavar="N",
-                   help="time the whole model and the optimizer step after every N-th measured step (of either mode, "
-                        "counted together), outside the step's time (run.py --speed-checks; default 1, 0: only "
-                        "between rounds)")
+                   help="time the whole model and the optimizer step after every N-th measured step of each mode, "
+                        "outside the step's time (run.py --speed-checks; default 1, 0: only between rounds)")
     p.add_argument("--block", type=int, default=5, metavar="STEPS",
                    help="measured steps of one mode before the other runs, both in the same processes (default 5; "
                         "0: each mode in processes of its own)")

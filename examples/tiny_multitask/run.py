@@ -24,8 +24,8 @@ included), ``predicted_step_seconds`` (the simulator's iteration of the schedule
 its own: the warm-up steps of each (the last mode's first), then the measured steps in alternating blocks of
 ``--block`` steps (fulcrum.profile.alternating_blocks), so that a drift of the host's speed during the
 measurement falls on both alike. The result is then ``modes{<mode>{...}}``, each mode's record as above with the
-speed checks taken after its own steps, ``order`` (the blocks as the ranks ran them) and ``speed_checks`` (all of
-them; the check counts every ``N``-th measured step of either mode).
+speed checks taken after its own steps (every ``N``-th of them), ``order`` (the blocks as the ranks ran them)
+and ``speed_checks`` (all of them).
 """
 
 from __future__ import annotations
@@ -150,8 +150,7 @@ def worker(a, setups: dict) -> None:
     if a.speed_checks:
         # The host's speed beside the steps: the whole model on a copy of its own, on batches of their own seed.
         copy, calibration = TinyMultitask(seed=a.seed), make_batches(config, 0, seed=1000)
-        check = fp.SpeedCheck(lambda: copy.reference_loss(calibration)[0].backward(), copy.parameters(),
-                              every=a.speed_checks)
+        check = fp.SpeedCheck(lambda: copy.reference_loss(calibration)[0].backward(), copy.parameters())
     for repeat in range(a.repeats):
         runs = {}
         for m in modes:
@@ -182,7 +181,8 @@ def worker(a, setups: dict) -> None:
             if k >= a.warmup:
                 rep["step_seconds"][k - a.warmup] = end - start
                 rep["compute_seconds"][k - a.warmup] = result.compute_seconds
-                if check and check():  # a sample taken: it stands beside this mode's steps
+                if check and (k - a.warmup) % a.speed_checks == 0:  # every N-th of this mode's measured steps
+                    check()
                     for key, samples in record["modes"][m]["speed_checks"].items():
                         samples.append(check.samples()[key][-1])
 

@@ -22,8 +22,8 @@
    minutes as the runs.
 4. Prints predicted and measured step times side by side and writes
    ``modes{<mode>{predicted_step_seconds, planned_step_seconds, measured_step_seconds, measured_cv,
-   tokens_per_second, ...}}``, ``order`` (the modes each round ran, in turn, or led their blocks with) and
-   ``block``.
+   tokens_per_second, ...}}``, ``order`` (the modes of each round in measurement_order's turn; with ``--block``,
+   the modes of one layout run together where the first of them stands, in that order) and ``block``.
 
 The measured step time is the mean over the measured steps of each step's median over the rounds (run.timing);
 ``measured_cv`` is the spread of the rounds' means.
@@ -202,9 +202,8 @@ def main() -> None:
     p.add_argument("--pp-samples-per-step", type=int, help="run.py's --samples-per-step for the pp modes")
     p.add_argument("--profile-rounds", type=int, default=5, help="passes over the profile grid (default 5)")
     p.add_argument("--speed-checks", type=int, default=3, metavar="N",
-                   help="time the whole model and the optimizer step after every N-th measured step of every run "
-                        "(the modes run together counted together), outside the step's time (run.py --speed-checks; "
-                        "default 3, 0: only between rounds)")
+                   help="time the whole model and the optimizer step after every N-th measured step of every mode, "
+                        "outside the step's time (run.py --speed-checks; default 3, 0: only between rounds)")
     p.add_argument("--block", type=int, default=5, metavar="STEPS",
                    help="measured steps of one mode before the next of its layout runs, all in the same processes "
                         "(default 5; 0: each mode in processes of its own)")

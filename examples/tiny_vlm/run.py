@@ -23,8 +23,8 @@ caps. The step time is the slowest rank's forward, backward, gradient reduction 
 ranks starting each step together; collating the synthetic samples is outside it, as a DataLoader's workers
 would be. The result (``--out``) holds ``mode, steps, step_seconds_median, step_seconds_mean`` (the mean over steps of
 each step's median over the repeats), ``step_seconds_cv`` (spread of the repeats' means), ``tokens_per_second``
-(real LLM tokens, padding not counted, all ranks, over those step times), ``losses`` and
-``per_rank{compute_seconds, wait_seconds}`` (per step), warm-up steps excluded, and ``held_out_losses``:
+(real LLM tokens, padding not counted, all ranks, over those step times), ``losses`` (warm-up steps included),
+``per_rank{compute_seconds, wait_seconds}`` (per step, warm-up steps excluded) and ``held_out_losses``:
 ``[steps trained, loss]`` pairs, the loss per labelled token on ``--held-out`` samples of the same task that no
 mode trains on, before training, every ``--eval-every`` steps (warm-up included) and at the end (first repeat,
 outside the timed steps), so modes that see the epoch's samples in different orders compare on what they
@@ -35,8 +35,8 @@ same two processes, each with a model, runtime and optimizer of its own and the 
 would have (planned in the work folder's ``<mode>/``): the warm-up steps of each (the last mode's first), then the
 measured steps in alternating blocks of ``--block`` steps (fulcrum.profile.alternating_blocks), so that a drift of
 the host's speed during the measurement falls on every mode alike. The result is then ``modes{<mode>{...}}``, each
-mode's record as above with the speed checks taken after its own steps, ``order`` (the blocks as the ranks ran
-them) and ``speed_checks`` (all of them; the check counts every ``N``-th measured step of any mode).
+mode's record as above with the speed checks taken after its own steps (every ``N``-th of them), ``order`` (the
+blocks as the ranks ran them) and ``speed_checks`` (all of them).
 """
 
 from __future__ import annotations
@@ -322,7 +322,7 @@ def worker(a, setups: dict) -> None:
     if a.speed_checks:
         # The host's speed beside the steps: the whole model on a copy of its own over the calibration batches.
         copy, calibration = TinyVlm(config, seed=a.seed), calibration_batches(config)
-        check = fp.SpeedCheck(lambda: whole_model_pass(copy, calibration), copy.parameters(), every=a.speed_checks)
+        check = fp.SpeedCheck(lambda: whole_model_pass(copy, calibration), copy.parameters())
     for repeat in range(a.repeats):
         runs = {}
         for m in modes:
@@ -369,7 +369,8 @@ def worker(a, setups: dict) -> None:
                 rep["compute_seconds"][k - a.warmup] = result.compute_seconds + end - optimizer_start
                 rep["wait_seconds"][k - a.warmup] = result.wait_seconds
                 rep["real_tokens"][k - a.warmup] = inputs[m]["real_tokens"][s]
-                if check and check():  # a sample taken: it stands beside this mode's steps
+                if check and (k - a.warmup) % a.speed_checks == 0:  # every N-th of this mode's measured steps
+                    check()
                     for key, samples in record["modes"][m]["speed_checks"].items():
                         samples.append(check.samples()[key][-1])
             if run["evaluate"] and ((k + 1) % a.eval_every == 0 or k + 1 == len(order)):
@@ -429,7 +430,7 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--held-out", type=int, default=32, help="held-out samples the loss is evaluated on (default "
                                                              "32; 0: none)")
-    p.add_argument("--eval-every", type=int, default=10, help="measured steps between held-out losses (default 10)")
+    p.add_argument("--eval-every", type=int, default=10, help="steps (warm-up ones counted) between held-out losses (default 10)")
     p.add_argument("--workdir", help="folder for the run's inputs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
     p.add_argument("--trace", help="write the last step's timeline of both ranks as Chrome trace JSON")

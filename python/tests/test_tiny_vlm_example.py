@@ -140,9 +140,8 @@ def test_compare_lays_predictions_beside_measurements(tmp_path):
     assert abs(whole["factor"] - whole["measured_seconds"] / whole["predicted_seconds"]) < 1e-12
     # The profile the runs are predicted with is the layers' own scaled by the median of the whole model's
     # samples, the calibration's, the check's after the one round and those beside the measured steps
-    # (run.py --speed-checks 3: every third step). The two pp modes ran in one pair of processes, in blocks
-    # (megatron's two steps, planned's two, so the first and fourth steps were checked); the dp mode on its own
-    # (its first step).
+    # (run.py --speed-checks 3: every third of each mode's steps, so the first of each). The two pp modes ran in
+    # one pair of processes, the dp mode on its own.
     work = tmp_path / "work"
     samples = json.loads((work / "whole_model.json").read_text())["samples"]
     samples += [t for c in sorted(work.glob("check.*.json")) for t in json.loads(c.read_text())["whole_model_seconds"]]
