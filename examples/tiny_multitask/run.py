@@ -143,15 +143,13 @@ def worker(a, setups: dict) -> None:
     order = [k % a.steps for k in range(a.warmup + a.steps)]
     batches = {s: make_batches(config, s, a.seed) for s in set(order)}  # made before the clock starts
     modes = list(setups)
-    blocks = fp.alternating_blocks(modes, a.steps, a.block)
-    record = {"modes": {m: {"repeats": [], "speed_checks": {"whole_model_seconds": [], "optimizer_seconds": []}}
-                        for m in modes}, "order": []}
+    record = {"modes": {m: {"repeats": []} for m in modes}}
     check = None
     if a.speed_checks:
         # The host's speed beside the steps: the whole model on a copy of its own, on batches of their own seed.
         copy, calibration = TinyMultitask(seed=a.seed), make_batches(config, 0, seed=1000)
         check = fp.SpeedCheck(lambda: copy.reference_loss(calibration)[0].backward(), copy.parameters())
-    for repeat in range(a.repeats):
+    for _ in range(a.repeats):
         runs = {}
         for m in modes:
             model = TinyMultitask(seed=a.seed)
@@ -182,21 +180,14 @@ def worker(a, setups: dict) -> None:
                 rep["step_seconds"][k - a.warmup] = end - start
                 rep["compute_seconds"][k - a.warmup] = result.compute_seconds
                 if check and (k - a.warmup) % a.speed_checks == 0:  # every N-th of this mode's measured steps
-                    check()
-                    for key, samples in record["modes"][m]["speed_checks"].items():
-                        samples.append(check.samples()[key][-1])
+                    check(m)
 
-        # The last mode warms up first, so that the first measured block follows its own mode's warm-up.
-        for m in reversed(modes):
-            for k in range(a.warmup):
-                train(m, k)
-        for m, first, end in blocks:
-            for s in range(first, end):
-                train(m, a.warmup + s)
-            if repeat == 0:
-                record["order"].append([m, first, end])
+        ran = fp.run_alternating(modes, a.warmup, a.steps, a.block, train)
+        record.setdefault("order", ran)
     if check:
         record["speed_checks"] = check.samples()
+        for m in modes:
+            record["modes"][m]["speed_checks"] = check.samples(m)
     (a.workdir / f"rank.{rank}.json").write_text(json.dumps(record))
     if a.trace:
         events = [None] * dist.get_world_size()
@@ -222,7 +213,7 @@ def summarize(a, mode: str, setup: dict, ranks: list[dict]) -> dict:
     """Mode ``mode``'s slowest-rank time of each step, and its statistics over the measured steps and repeats.
     Every repeat trains the same steps from the same weights, so a step's median over the repeats filters out a
     slow spell of the machine."""
-    checks = ranks[0]["modes"][mode]["speed_checks"] if "speed_checks" in ranks[0] else None
+    checks = ranks[0]["modes"][mode].get("speed_checks")
     ranks = [rank["modes"][mode] for rank in ranks]
     by_repeat = [[max(rank["repeats"][r]["step_seconds"][s] for rank in ranks) for s in range(a.steps)]
                  for r in range(a.repeats)]
@@ -311,10 +302,9 @@ def main(argv=None) -> None:
             if len(a.mode) == 1:
                 result = results[a.mode[0]]
             else:
-                result = {"modes": results, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
-                          "block": a.block, "order": ranks[0]["order"],
-                          **({"speed_checks": ranks[0]["speed_checks"]} if "speed_checks" in ranks[0] else {}),
-                          "command": "python examples/tiny_multitask/run.py " + " ".join(sys.argv[1:])}
+                from fulcrum.profile import together_record
+
+                result = together_record(results, a.block, ranks[0]["order"], ranks[0].get("speed_checks"))
     out = Path(a.out)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")

@@ -216,7 +216,7 @@ def timing(step_seconds_by_repeat: list[list[float]], real_tokens: list[int]) ->
 
 def summarize(a, mode: str, setup: dict, ranks: list[dict]) -> dict:
     """``mode``'s slowest-rank time of each step, and its statistics over the measured steps and repeats."""
-    checks = ranks[0]["modes"][mode]["speed_checks"] if "speed_checks" in ranks[0] else None
+    checks = ranks[0]["modes"][mode].get("speed_checks")
     ranks = [rank["modes"][mode] for rank in ranks]
     by_repeat = [[max(rank["repeats"][r]["step_seconds"][s] for rank in ranks) for s in range(a.steps)]
                  for r in range(a.repeats)]
@@ -315,9 +315,7 @@ def worker(a, setups: dict) -> None:
     held_batches = [pack([held_data[i]]) for i in range(a.held_out)]
     held_tokens = int(loss_tokens(held_lengths).sum())
 
-    record = {"modes": {m: {"repeats": [], "held_out_losses": [],
-                            "speed_checks": {"whole_model_seconds": [], "optimizer_seconds": []}} for m in modes},
-              "order": []}
+    record = {"modes": {m: {"repeats": [], "held_out_losses": []} for m in modes}}
     check = None
     if a.speed_checks:
         # The host's speed beside the steps: the whole model on a copy of its own over the calibration batches.
@@ -370,21 +368,12 @@ def worker(a, setups: dict) -> None:
                 rep["wait_seconds"][k - a.warmup] = result.wait_seconds
                 rep["real_tokens"][k - a.warmup] = inputs[m]["real_tokens"][s]
                 if check and (k - a.warmup) % a.speed_checks == 0:  # every N-th of this mode's measured steps
-                    check()
-                    for key, samples in record["modes"][m]["speed_checks"].items():
-                        samples.append(check.samples()[key][-1])
+                    check(m)
             if run["evaluate"] and ((k + 1) % a.eval_every == 0 or k + 1 == len(order)):
                 note_held_out(run, k + 1)
 
-        # The last mode warms up first, so that the first measured block follows its own mode's warm-up.
-        for m in reversed(modes):
-            for k in range(a.warmup):
-                train(m, k)
-        for m, first, end in fp.alternating_blocks(modes, a.steps, a.block):
-            for s in range(first, end):
-                train(m, a.warmup + s)
-            if repeat == 0:
-                record["order"].append([m, first, end])
+        ran = fp.run_alternating(modes, a.warmup, a.steps, a.block, train)
+        record.setdefault("order", ran)
         for m in modes:
             if runs[m]["evaluate"]:
                 record["modes"][m]["held_out_losses"] = runs[m]["held_out"]
@@ -392,6 +381,8 @@ def worker(a, setups: dict) -> None:
                 raise SystemExit(f"rank {rank}: the loss diverged in {m}: {runs[m]['rep']['losses']}")
     if check:
         record["speed_checks"] = check.samples()
+        for m in modes:
+            record["modes"][m]["speed_checks"] = check.samples(m)
     Path(a.out).with_suffix(f".{rank}.json").write_text(json.dumps(record))
     if a.trace:
         # The last step of the last repeat, every rank's events on one clock (the step starts together).
@@ -477,10 +468,9 @@ def main(argv=None) -> None:
     if len(a.mode) == 1:
         result = results[a.mode[0]]
     else:
-        result = {"modes": results, "steps": a.steps, "warmup_steps": a.warmup, "repeats": a.repeats,
-                  "block": a.block, "order": ranks[0]["order"],
-                  **({"speed_checks": ranks[0]["speed_checks"]} if "speed_checks" in ranks[0] else {}),
-                  "command": "python examples/tiny_vlm/run.py " + " ".join(sys.argv[1:])}
+        from fulcrum.profile import together_record
+
+        result = together_record(results, a.block, ranks[0]["order"], ranks[0].get("speed_checks"))
     out = Path(a.out)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")

@@ -265,6 +265,12 @@ def test_a_speed_check_times_its_own_work_every_nth_call():
     assert min(check.whole_model_seconds) >= 0.01
     assert check.samples() == {"whole_model_seconds": check.whole_model_seconds,
                                "optimizer_seconds": check.optimizer_seconds}
+    # A label files a sample under it as well; an unlabelled call, and a call that takes no sample, file nothing.
+    assert check("b") is False and check("b") is False and check("a") is True
+    assert check.samples("a") == {"whole_model_seconds": check.whole_model_seconds[-1:],
+                                  "optimizer_seconds": check.optimizer_seconds[-1:]}
+    assert check.samples("b") == {"whole_model_seconds": [], "optimizer_seconds": []}
+    assert len(check.samples()["whole_model_seconds"]) == 4
     assert all(q.grad is None for q in layer.parameters())  # its gradients are cleared after its step
     assert any(not torch.equal(a, b) for a, b in zip(before, layer.parameters()))
     with pytest.raises(ValueError, match="at least 1"):
@@ -295,6 +301,21 @@ def test_alternating_blocks_run_every_step_of_every_mode_once_with_the_order_tur
         fp.alternating_blocks(("a", "b"), 10, 0)
     with pytest.raises(ValueError, match="once"):
         fp.alternating_blocks(("a", "a"), 10, 2)
+
+
+def test_modes_run_together_warm_up_last_mode_first_then_run_their_blocks():
+    calls = []
+    ran = fp.run_alternating(["a", "b"], 2, 3, 2, lambda m, k: calls.append((m, k)))
+    assert calls == [("b", 0), ("b", 1), ("a", 0), ("a", 1), ("a", 2), ("a", 3), ("b", 2), ("b", 3), ("b", 4),
+                     ("a", 4)]
+    assert ran == [["a", 0, 2], ["b", 0, 2], ["b", 2, 3], ["a", 2, 3]]
+    record = fp.together_record({"a": {"steps": 3, "warmup_steps": 2, "repeats": 1, "command": "c", "x": 1},
+                                 "b": {"steps": 3, "warmup_steps": 2, "repeats": 1, "command": "c", "x": 2}},
+                                2, ran, {"whole_model_seconds": [1.0], "optimizer_seconds": [0.1]})
+    assert record["modes"]["b"]["x"] == 2 and record["steps"] == 3 and record["warmup_steps"] == 2
+    assert record["repeats"] == 1 and record["command"] == "c" and record["block"] == 2 and record["order"] == ran
+    assert record["speed_checks"]["whole_model_seconds"] == [1.0]
+    assert "speed_checks" not in fp.together_record({"a": {"steps": 3}}, 2, [], None)
 
 
 def test_a_size_correction_is_linear_in_log_tokens_between_its_points():

@@ -7,16 +7,16 @@ from fulcrum.profile.comm import (CollectiveFit, CpuCalibration, benchmark_all_r
                                   measure_collective_compute_seconds, measure_compute_slowdown, parse_nccl_tests,
                                   slowest_rank_seconds, time_optimizer_step)
 from fulcrum.profile.drift import (SpeedCheck, alternating_blocks, calibration_across_runs, measurement_order,
-                                   recalibrate_folder, scaled_profile, size_correction, with_optimizer_seconds,
-                                   write_check)
+                                   recalibrate_folder, run_alternating, scaled_profile, size_correction,
+                                   together_record, with_optimizer_seconds, write_check)
 from fulcrum.profile.kineto import import_kineto_trace
 from fulcrum.profile.layers import (PASSES, flattened_layers, layer_shape, profile_model, read_profile, time_layer,
                                     write_profile)
 
 __all__ = ["CollectiveFit", "CpuCalibration", "PASSES", "SpeedCheck", "alternating_blocks", "benchmark_all_reduce",
            "calibrate_cpu", "calibration_across_runs", "collective_start_seconds", "cpu_cluster", "fit_alpha_beta",
-           "flattened_layers",
-           "import_kineto_trace", "layer_shape", "measure_collective_compute_seconds", "measure_compute_slowdown",
-           "measurement_order", "parse_nccl_tests", "profile_model", "read_profile", "recalibrate_folder",
-           "scaled_profile", "size_correction", "slowest_rank_seconds", "time_layer", "time_optimizer_step",
-           "with_optimizer_seconds", "write_check", "write_profile"]
+           "flattened_layers", "import_kineto_trace", "layer_shape", "measure_collective_compute_seconds",
+           "measure_compute_slowdown", "measurement_order", "parse_nccl_tests", "profile_model", "read_profile",
+           "recalibrate_folder", "run_alternating", "scaled_profile", "size_correction", "slowest_rank_seconds",
+           "time_layer", "time_optimizer_step", "together_record", "with_optimizer_seconds", "write_check",
+           "write_profile"]

@@ -16,7 +16,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence, Union
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from fulcrum.profile.comm import optimizer_memory_bytes_per_second, slowest_rank_seconds
 from fulcrum.profile.layers import write_profile
@@ -116,6 +116,32 @@ def alternating_blocks(modes: Sequence[str], steps: int, block: int) -> list[tup
     return order
 
 
+def run_alternating(modes: Sequence[str], warmup: int, steps: int, block: int,
+                    train: Callable[[str, int], None]) -> list[list]:
+    """Several modes' steps in one process: ``train(mode, k)`` for each mode's warm-up steps ``k < warmup`` (the
+    last mode first, so that the first measured block follows its own mode's warm-up), then for its measured steps
+    ``k = warmup + s`` in alternating_blocks. Returns the blocks as run, ``[mode, first, end]`` each."""
+    for m in reversed(list(modes)):
+        for k in range(warmup):
+            train(m, k)
+    ran = []
+    for m, first, end in alternating_blocks(modes, steps, block):
+        for s in range(first, end):
+            train(m, warmup + s)
+        ran.append([m, first, end])
+    return ran
+
+
+def together_record(results: Mapping[str, dict], block: int, order: Sequence, speed_checks: Optional[dict]) -> dict:
+    """The record of several modes run together: each mode's own record under ``modes``, the settings they share
+    (``steps, warmup_steps, repeats, command``) once, the ``block``, the blocks as run (``order``) and every speed
+    check, if any were taken."""
+    first = next(iter(results.values()))
+    return {"modes": dict(results), **{k: first[k] for k in ("steps", "warmup_steps", "repeats") if k in first},
+            "block": block, "order": list(order), **({"speed_checks": speed_checks} if speed_checks is not None else {}),
+            **({"command": first["command"]} if "command" in first else {})}
+
+
 def write_check(path: Union[str, os.PathLike], whole_model_seconds: Sequence[float],
                 optimizer_seconds: Sequence[float]) -> None:
     """One check taken between rounds: the whole model's times and the optimizer step's, as JSON."""
@@ -169,9 +195,11 @@ class SpeedCheck:
         self.calls = 0
         self.whole_model_seconds: list[float] = []
         self.optimizer_seconds: list[float] = []
+        self.labelled: dict[str, list[int]] = {}  # label: the indices of its samples
 
-    def __call__(self) -> bool:
-        """Takes a sample if this call is one of every ``every``-th; returns whether it did."""
+    def __call__(self, label: Optional[str] = None) -> bool:
+        """Takes a sample if this call is one of every ``every``-th; returns whether it did. A ``label`` (the mode
+        whose step it follows, when several run together) files the sample under it too (``samples(label)``)."""
         self.calls += 1
         if (self.calls - 1) % self.every:
             return False
@@ -184,12 +212,16 @@ class SpeedCheck:
         self.optimizer.step()
         self.optimizer_seconds.append(slowest_rank_seconds(time.perf_counter() - start))
         self.optimizer.zero_grad(set_to_none=True)
+        if label is not None:
+            self.labelled.setdefault(label, []).append(len(self.whole_model_seconds) - 1)
         return True
 
-    def samples(self) -> dict:
-        """The samples so far as JSON, with write_check's argument names (``write_check(path, **samples)``)."""
-        return {"whole_model_seconds": list(self.whole_model_seconds),
-                "optimizer_seconds": list(self.optimizer_seconds)}
+    def samples(self, label: Optional[str] = None) -> dict:
+        """The samples so far (those taken with ``label``, if given) as JSON, with write_check's argument names
+        (``write_check(path, **samples)``)."""
+        taken = range(len(self.whole_model_seconds)) if label is None else self.labelled.get(label, [])
+        return {"whole_model_seconds": [self.whole_model_seconds[i] for i in taken],
+                "optimizer_seconds": [self.optimizer_seconds[i] for i in taken]}
 
     @staticmethod
     def _barrier() -> None:
