@@ -172,6 +172,8 @@ def run_args(a, modes: list[str], workdir: Path, out: Path) -> list[str]:
             str(a.workdir / "cluster.json"),
             "--seed", str(a.seed), "--workdir", str(workdir), "--fulcrum", a.fulcrum, "--out", str(out),
             "--speed-checks", str(a.speed_checks)]
+    if a.no_fill:
+        args.append("--no-fill")
     if mode.startswith("dp") and a.dp_samples_per_step:
         args += ["--samples-per-step", str(a.dp_samples_per_step)]
     if mode.startswith("pp") and a.pp_samples_per_step:
@@ -208,6 +210,7 @@ def main() -> None:
                    help="measured steps of one mode before the next of its layout runs, all in the same processes "
                         "(default 5; 0: each mode in processes of its own)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-fill", action="store_true", help="run.py --no-fill: encoder passes only where planned")
     p.add_argument("--workdir", help="folder for the calibration and the runs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
     p.add_argument("--calibrate-rank", help=argparse.SUPPRESS)

@@ -14,7 +14,8 @@ mode measures the same samples), ``--repeats`` times from the same initial weigh
   pp-planned         the 2-stage pipeline `fulcrum plan` chooses (stages, schedule, recomputation), the encoder
                      in its stages
   pp-bubbles         the LLM's 2-stage pipeline `fulcrum plan` chooses, the encoder on its own plan over both
-                     ranks, its forward and backward passes run in the pipeline's bubbles
+                     ranks, its forward and backward passes run in the pipeline's bubbles: where the plan puts
+                     them, or earlier when a rank would wait for the other (``--no-fill``: only where planned)
 
 Batches come from `fulcrum batch`'s plan of the run's samples (``--samples-per-step`` per step over all ranks,
 ``--micro-batches`` per rank), balanced with the model's cost: measured layer times with ``--profile``, the
@@ -24,7 +25,8 @@ ranks starting each step together; collating the synthetic samples is outside it
 would be. The result (``--out``) holds ``mode, steps, step_seconds_median, step_seconds_mean`` (the mean over steps of
 each step's median over the repeats), ``step_seconds_cv`` (spread of the repeats' means), ``tokens_per_second``
 (real LLM tokens, padding not counted, all ranks, over those step times), ``losses`` (warm-up steps included),
-``per_rank{compute_seconds, wait_seconds}`` (per step, warm-up steps excluded) and ``held_out_losses``:
+``per_rank{compute_seconds, wait_seconds, encoder_passes_ahead}`` (per step, warm-up steps excluded; the last:
+encoder layer passes run before their planned place to fill a wait) and ``held_out_losses``:
 ``[steps trained, loss]`` pairs, the loss per labelled token on ``--held-out`` samples of the same task that no
 mode trains on, before training, every ``--eval-every`` steps (warm-up included) and at the end (first repeat,
 outside the timed steps), so modes that see the epoch's samples in different orders compare on what they
@@ -178,7 +180,7 @@ def launch(a, setups: dict) -> list[dict]:
         str(a.samples_per_step), "--micro-batches",
         str(a.micro_batches), "--seed", str(a.seed), "--lr", str(a.lr), "--held-out", str(a.held_out),
         "--eval-every", str(a.eval_every), "--speed-checks", str(a.speed_checks), "--out", str(out),
-        *(["--trace", str(Path(a.trace).resolve())] if a.trace else [])])
+        *(["--trace", str(Path(a.trace).resolve())] if a.trace else []), *(["--no-fill"] if a.no_fill else [])])
     return [json.loads(out.with_suffix(f".{r}.json").read_text()) for r in range(2)]
 
 
@@ -233,7 +235,9 @@ def summarize(a, mode: str, setup: dict, ranks: list[dict]) -> dict:
         "per_rank": [{"rank": i,
                       "compute_seconds": statistics.fmean(
                           c for rep in rank["repeats"] for c in rep["compute_seconds"]),
-                      "wait_seconds": statistics.fmean(w for rep in rank["repeats"] for w in rep["wait_seconds"])}
+                      "wait_seconds": statistics.fmean(w for rep in rank["repeats"] for w in rep["wait_seconds"]),
+                      "encoder_passes_ahead": statistics.fmean(
+                          n for rep in rank["repeats"] for n in rep["encoder_passes_ahead"])}
                      for i, rank in enumerate(ranks)],
         "step_seconds_by_repeat": by_repeat,
         **({"speed_checks": checks} if checks is not None else {}),
@@ -325,7 +329,8 @@ def worker(a, setups: dict) -> None:
         runs = {}
         for m in modes:
             model = TinyVlm(config, seed=a.seed)
-            runtime = fr.Runtime(model, setups[m]["schedule"], token_loss_sum, micro_batches=a.micro_batches)
+            runtime = fr.Runtime(model, setups[m]["schedule"], token_loss_sum, micro_batches=a.micro_batches,
+                                 fill_waits=not a.no_fill)
             optimizer = torch.optim.AdamW(list(runtime.parameters()), lr=a.lr)
             p = runtime.plan
             record["modes"][m].update(
@@ -334,7 +339,8 @@ def worker(a, setups: dict) -> None:
                     "dp": p.encoder.dp, "pp": p.encoder.pp, "stages": [list(s) for s in p.encoder.stages],
                     "llm_micro_batch": [list(m) for m in p.encoder.llm_micro_batch]})
             rep = {"step_seconds": [None] * a.steps, "compute_seconds": [None] * a.steps,
-                   "wait_seconds": [None] * a.steps, "losses": [], "real_tokens": [None] * a.steps}
+                   "wait_seconds": [None] * a.steps, "encoder_passes_ahead": [None] * a.steps, "losses": [],
+                   "real_tokens": [None] * a.steps}
             record["modes"][m]["repeats"].append(rep)
             # The first repeat evaluates on the held-out samples; every layer's weights come from the rank that
             # trains them (in data-parallel replica 0).
@@ -366,6 +372,7 @@ def worker(a, setups: dict) -> None:
                 rep["step_seconds"][k - a.warmup] = end - start
                 rep["compute_seconds"][k - a.warmup] = result.compute_seconds + end - optimizer_start
                 rep["wait_seconds"][k - a.warmup] = result.wait_seconds
+                rep["encoder_passes_ahead"][k - a.warmup] = result.encoder_passes_ahead
                 rep["real_tokens"][k - a.warmup] = inputs[m]["real_tokens"][s]
                 if check and (k - a.warmup) % a.speed_checks == 0:  # every N-th of this mode's measured steps
                     check(m)
@@ -424,6 +431,8 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=10, help="steps (warm-up ones counted) between held-out losses (default 10)")
     p.add_argument("--workdir", help="folder for the run's inputs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")
+    p.add_argument("--no-fill", action="store_true",
+                   help="pp-bubbles: run every encoder pass where the plan puts it, never earlier to fill a wait")
     p.add_argument("--trace", help="write the last step's timeline of both ranks as Chrome trace JSON")
     p.add_argument("--speed-checks", type=int, default=0, metavar="N",
                    help="after every N-th measured step, outside its time, time the whole model over the calibration "

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -77,6 +78,9 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--engine", default="auto")
     p.add_argument("--out", required=True)
+    p.add_argument("--no-fill", action="store_true", help="run every encoder pass where the plan puts it")
+    p.add_argument("--late-rank", type=int, default=-1, help="this rank starts each step --late-seconds late")
+    p.add_argument("--late-seconds", type=float, default=0.05)
     a = p.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -124,14 +128,18 @@ def main():
         recompute = ["none"] * layers
         recompute[2], recompute[layers - 3] = "full", "selective"
         plan = fr.RuntimePlan.generate(pipeline, layers, micro_batches, pp=pp, vpp=vpp, recompute=recompute)
-    runtime = fr.Runtime(model, plan, token_loss_sum, micro_batches=micro_batches, engine=a.engine, timeline=True)
+    runtime = fr.Runtime(model, plan, token_loss_sum, micro_batches=micro_batches, engine=a.engine, timeline=True,
+                         fill_waits=not a.no_fill)
     optimizer = torch.optim.SGD(list(runtime.parameters()), lr=0.5)
     dp_rank = runtime.dp_rank
-    losses = []
+    losses, ahead = [], 0
     for s in range(a.steps):
         groups = step_groups(s, dp, micro_batches)[dp_rank]
         batches = [pack([data[i] for i in g], *caps) if pp > 1 else pack([data[i] for i in g]) for g in groups]
+        if rank == a.late_rank:
+            time.sleep(a.late_seconds)
         result = runtime.step(batches)
+        ahead += result.encoder_passes_ahead
         optimizer.step()
         optimizer.zero_grad()
         losses.append(result.loss)
@@ -140,13 +148,15 @@ def main():
     held = {names[id(q)]: float(q.double().sum()) for q in runtime.parameters()}
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, held)
+    passes_ahead = [None] * dist.get_world_size()
+    dist.all_gather_object(passes_ahead, ahead)
     if rank == 0:
         merged = {}
         for h in gathered:
             merged.update(h)
         fr.write_chrome_trace(a.out + ".trace.json", [(rank, runtime.timeline.steps[-1])], "runtime test")
         Path(a.out).write_text(json.dumps({
-            "engine": runtime.engine, "losses": losses,
+            "engine": runtime.engine, "losses": losses, "encoder_passes_ahead": passes_ahead,
             "parameters": [merged[i] for i in sorted(merged)], "layers": layers,
             "compute_seconds": result.compute_seconds, "seconds": result.seconds}))
     fr.end_rank()

@@ -80,6 +80,24 @@ def test_encoders_in_the_pipelines_bubbles_train_as_one_process(layout, encoder_
     assert_same_training(result, reference)
 
 
+@pytest.mark.parametrize("layout, late_rank", [
+    ("bubbles-dp", 0),  # rank 1 waits for rank 0's first activations: its next encoder forward passes need nothing
+    ("bubbles-pp", 1),  # rank 0 waits for the encoder's features from rank 1: it encodes its next micro-batch
+])
+def test_a_rank_waiting_for_a_late_peer_runs_its_next_encoder_passes_meanwhile(layout, late_rank, reference,
+                                                                              tmp_path):
+    late = ["--late-rank", str(late_rank), "--late-seconds", "0.2"]
+    filled = run_worker(layout, tmp_path / "filled.json", *late)
+    planned = run_worker(layout, tmp_path / "planned.json", *late, "--no-fill")
+    # The peer starts every step 0.2 s late, so the other rank fills that wait in each of the five steps.
+    assert filled["encoder_passes_ahead"][1 - late_rank] >= 5
+    assert planned["encoder_passes_ahead"] == [0, 0]
+    # The same operations in the same order on every parameter: the same training, to the last bit.
+    assert filled["losses"] == planned["losses"]
+    assert filled["parameters"] == planned["parameters"]
+    assert_same_training(filled, reference)
+
+
 def test_encoder_stages_are_one_run_of_the_layer_chain():
     from fulcrum.runtime.encoder import EncoderLayout
 

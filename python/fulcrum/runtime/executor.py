@@ -6,6 +6,13 @@ bubbles), this follows the plan exactly:
 ``F``/``B``/``BI``/``W`` compute, ``send``/``recv`` as ``torch.distributed`` point-to-point messages, gradient
 collectives over the data-parallel group. Activations keep whatever shape each micro-batch has: every transfer
 carries a small header with its tensors' shapes, so nothing is padded that the model does not pad itself.
+
+The LLM's passes run in the plan's order. The encoders' passes keep their order too, but may run earlier than the
+plan puts them: when the rank would wait for a message, it runs the next encoder pass whose inputs are here
+instead (``fill_waits``). A static bubble schedule has no slack, so without this a peer running a few milliseconds
+late leaves the rank idle beside encoder work it is already allowed to do. Running an encoder pass earlier only
+brings its features forward (EF_i ≤ F_i still holds), and a backward pass still starts after the LLM's gradients
+for it arrive (EB_i ≥ B_i), so the training is the same, operation for operation.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from fulcrum.runtime.arrivals import Arrivals
 from fulcrum.runtime.encoder import EncoderStage
 from fulcrum.runtime.plan import RuntimePlan
 from fulcrum.runtime.split_backward import backward_input, backward_weight
@@ -49,12 +57,14 @@ class ScheduleExecutor:
     """Executes ``plan.programs[pipeline_rank]`` over this rank's ``stages``. ``peers`` maps a pipeline rank to
     the global rank of the same data-parallel replica; ``reduce_gradients(stage)`` reduces a stage's gradients
     over the data-parallel group (the plan's gradient collective). With an encoder section, ``encoder`` is this
-    rank's encoder stage and ``reduce_encoder_gradients()`` reduces its gradients over the encoder's replicas."""
+    rank's encoder stage and ``reduce_encoder_gradients()`` reduces its gradients over the encoder's replicas.
+    ``fill_waits=False`` runs every encoder pass exactly where the plan puts it."""
 
     def __init__(self, plan: RuntimePlan, stages: Mapping[int, StageModule], pipeline_rank: int,
                  peers: Mapping[int, int], scaled_loss: Callable[[Any, torch.Tensor], torch.Tensor],
                  labels_key: str, timeline: Timeline, reduce_gradients: Callable[[int], None],
-                 encoder: Optional[EncoderStage] = None, reduce_encoder_gradients: Optional[Callable[[], None]] = None):
+                 encoder: Optional[EncoderStage] = None, reduce_encoder_gradients: Optional[Callable[[], None]] = None,
+                 fill_waits: bool = True):
         self.plan, self.stages, self.pipeline_rank = plan, stages, pipeline_rank
         self.program = plan.programs[pipeline_rank]
         self.peers, self.scaled_loss, self.labels_key = peers, scaled_loss, labels_key
@@ -72,10 +82,14 @@ class ScheduleExecutor:
         for at, i in enumerate(self.program):
             if i[0] == "encoder":
                 last[tuple(i[1:6])] = at
-        self.encoder_pass_at = set(last.values())
+        self.encoder_passes = sorted(last.values())
+        self.encoder_pass_at = set(self.encoder_passes)
         if last and encoder is None:
             raise ValueError(f"pipeline rank {pipeline_rank}'s program runs encoder passes but it holds no encoder "
                              "stage")
+        self.fill_waits = fill_waits and bool(self.encoder_passes)
+        if self.fill_waits:
+            self._plan_filling()
 
     # Messages are tagged by what they carry and the stage that receives them, so a send and its receive agree.
     def _tag(self, kind: str, receiving_stage: int, micro_batch: int, part: int) -> int:
@@ -92,7 +106,18 @@ class ScheduleExecutor:
         self.saved: dict = {}
         self.pending: list = []
         self.split: dict = {}  # (stage, micro-batch) -> what the BI pass kept for the W pass
+        self.done: set = set()  # positions run ahead of their place in the program
+        self.next_encoder_pass = 0  # index into encoder_passes
+        self.passes_ahead = 0
+        if self.fill_waits:
+            for at in self.remote_receives:
+                _, source, _, tag_stage, mb = self._route(self.program[at])
+                kind = self.program[at][1]
+                self.arrivals.post(at, source, lambda part, kind=kind, stage=tag_stage, mb=mb:
+                                   self._tag(kind, stage, mb, part))
         for at, instruction in enumerate(self.program):
+            if at in self.done:
+                continue
             op = instruction[0]
             if op == "F":
                 self._forward(int(instruction[1]), int(instruction[2]))
@@ -100,11 +125,11 @@ class ScheduleExecutor:
                 self._backward(op, int(instruction[1]), int(instruction[2]))
             elif op == "encoder":
                 if at in self.encoder_pass_at:
-                    self._encoder_pass(*(int(x) for x in instruction[1:5]), instruction[5])
+                    self._run_encoder_pass(at)
             elif op == "send":
                 self._send(instruction)
             elif op == "recv":
-                self._recv(instruction)
+                self._recv(at, instruction)
             elif op == "collective" and len(instruction) > 4:  # over the encoder stage's replicas
                 if instruction[2] == "gradients":
                     with self.timeline.span(f"{instruction[1]} encoder s{instruction[3]}", "collective",
@@ -123,6 +148,8 @@ class ScheduleExecutor:
         left = list(self.saved) + list(self.inbox) + list(self.outbox)
         if self.encoder is not None:
             left += [("encoder", *key) for key in self.encoder.pending()]
+        if self.fill_waits:
+            left += [self.program[at] for at in self.arrivals.pending()]
         if left:
             raise RuntimeError("the schedule left work undone: " + ", ".join(map(str, left)))
         return self.loss
@@ -182,6 +209,83 @@ class ScheduleExecutor:
             self.outbox[("gradient", s, mb)] = tuple(g.detach() for g in input_grads)
 
     # -- the encoder section ---------------------------------------------------------------------------------
+    def _run_encoder_pass(self, at: int) -> None:
+        # Passes run in program order: either here, or ahead of their place by _fill.
+        assert self.encoder_passes[self.next_encoder_pass] == at, "encoder passes out of order"
+        self.next_encoder_pass += 1
+        i = self.program[at]
+        self._encoder_pass(*(int(x) for x in i[1:5]), i[5])
+
+    def _encoder_input(self, at: int) -> Optional[tuple]:
+        """The mailbox key of what the encoder pass at ``at`` takes from another stage, if anything."""
+        pipeline, stage, k, layer, pass_name = self.program[at][1:6]
+        pipeline, stage, k, layer = int(pipeline), int(stage), int(k), int(layer)
+        if pass_name == "forward":
+            return ("encoder", "activation", pipeline, stage, k) if layer == self.encoder.first and stage > 0 else None
+        return ("encoder", "gradient", pipeline, stage, k) if layer == self.encoder.end - 1 else None
+
+    def _plan_filling(self) -> None:
+        """What filling a wait needs to know of the program: the remote receives (posted when a step starts),
+        which instruction delivers each mailbox key, and where each stretch of encoder passes must stop (an
+        encoder pass never runs ahead of a collective)."""
+        self.arrivals = Arrivals(_HEADER, _buffers)
+        self.remote_receives, self.delivered_by, self.encoder_sends = [], {}, []
+        me = self.peers[self.pipeline_rank]
+        for at, i in enumerate(self.program):
+            if i[0] not in ("send", "recv"):
+                continue
+            key, peer, peer_key, _, _ = self._route(i)
+            if i[0] == "recv" and peer != me:
+                self.remote_receives.append(at)
+                self.delivered_by[key] = at
+            elif i[0] == "send" and peer == me:
+                self.delivered_by[peer_key] = at  # a local send puts the tensors in this rank's inbox
+            if i[0] == "send" and key[0] == "encoder":
+                self.encoder_sends.append(at)
+        self.barrier_after = [len(self.program)] * len(self.program)
+        for at in range(len(self.program) - 1, 0, -1):
+            i = self.program[at]
+            self.barrier_after[at - 1] = at if i[0] == "collective" else self.barrier_after[at]
+
+    def _available(self, key) -> bool:
+        """Whether ``key`` is in the inbox, or can be put there now without waiting."""
+        if key in self.inbox:
+            return True
+        at = self.delivered_by.get(key)
+        if at is None or at in self.done:
+            return False
+        i = self.program[at]
+        if i[0] == "recv":
+            if not self.arrivals.ready(at):
+                return False
+            self.done.add(at)
+            self._recv(at, i)
+        else:  # a local send: ready once the pass that feeds it has run
+            if self._route(i)[0] not in self.outbox:
+                return False
+            self.done.add(at)
+            self._send(i)
+        return True
+
+    def _fill(self, waiting_at: int, arrived: Callable[[], bool]) -> None:
+        """Until ``arrived()``, runs the next encoder passes whose inputs are here, then sends what they made."""
+        stop = self.barrier_after[waiting_at]
+        while not arrived() and self.next_encoder_pass < len(self.encoder_passes):
+            at = self.encoder_passes[self.next_encoder_pass]
+            if at > stop:
+                return
+            key = self._encoder_input(at)
+            if key is not None and not self._available(key):
+                return
+            self.done.add(at)
+            self.passes_ahead += 1
+            self._run_encoder_pass(at)
+            for send in self.encoder_sends:
+                if waiting_at < send < stop and send not in self.done and \
+                        self._route(self.program[send])[0] in self.outbox:
+                    self.done.add(send)
+                    self._send(self.program[send])
+
     def _encoder_pass(self, pipeline: int, stage: int, k: int, layer: int, pass_name: str) -> None:
         layout = self.plan.encoder
         i = layout.llm_micro_batch[pipeline][k]  # whose images encoder micro-batch k carries
@@ -239,11 +343,17 @@ class ScheduleExecutor:
                 if t.numel():  # the header tells the receiver of empty tensors
                     self.pending.append((dist.isend(t, dst, tag=self._tag(kind, tag_stage, mb, i)), t))
 
-    def _recv(self, instruction) -> None:
+    def _recv(self, at: int, instruction) -> None:
         key, src, _, tag_stage, mb = self._route(instruction)
         kind = instruction[1]
         if src == self.peers[self.pipeline_rank]:
             return  # delivered by the local send
+        if self.fill_waits:
+            if not self.arrivals.ready(at):
+                self._fill(at, lambda: self.arrivals.ready(at))
+            with self.timeline.span(f"recv s{instruction[2]} mb{mb}", "recv", P2P, int(instruction[2]), mb):
+                self.inbox[key] = self.arrivals.take(at)
+            return
         with self.timeline.span(f"recv s{instruction[2]} mb{mb}", "recv", P2P, int(instruction[2]), mb):
             header = torch.empty(_HEADER, dtype=torch.int64)
             dist.recv(header, src, tag=self._tag(kind, tag_stage, mb, 0))

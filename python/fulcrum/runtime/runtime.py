@@ -34,6 +34,7 @@ class StepResult:
     seconds: float          # this rank's forward, backward and gradient reduction, wall clock
     compute_seconds: float  # of which forward and backward compute
     wait_seconds: float     # the rest: waiting for inputs, gradients and other replicas, communication
+    encoder_passes_ahead: int = 0  # encoder layer passes run before their place in the plan, to fill a wait
 
 
 def _torch_pipeline_order(kind: str, pp: int, rank: int, micro_batches: int) -> list[tuple[str, int]]:
@@ -66,12 +67,13 @@ class Runtime:
     Ranks: pipeline rank ``rank // dp``, data-parallel rank ``rank % dp`` (pipeline rank slowest, as in
     Megatron-LM). Each rank holds only its stages' layers; ``parameters()`` are what its optimizer updates.
     A plan with an encoder section (``fulcrum plan --encoders bubbles``) also gives each rank one stage of the
-    encoders' own plan, whose passes the executor runs in the LLM pipeline's bubbles.
+    encoders' own plan, whose passes the executor runs in the LLM pipeline's bubbles: where the plan puts them, or
+    earlier when the rank would otherwise wait for a message (``fill_waits``, see :class:`ScheduleExecutor`).
     """
 
     def __init__(self, model: nn.Module, plan: Optional[PlanSource] = None, loss_fn: Optional[LossFn] = None, *,
                  micro_batches: Optional[int] = None, labels_key: str = "labels", ignore_index: int = -100,
-                 engine: str = "auto", timeline: bool = False):
+                 engine: str = "auto", timeline: bool = False, fill_waits: bool = True):
         if loss_fn is None:
             raise ValueError("loss_fn is required: it returns a micro-batch's summed loss")
         initialized = dist.is_available() and dist.is_initialized()
@@ -93,6 +95,7 @@ class Runtime:
         self.pipeline_rank, self.dp_rank = divmod(self.rank, p.dp)
         self.loss_fn, self.labels_key, self.ignore_index = loss_fn, labels_key, ignore_index
         self.timeline = Timeline(timeline)
+        self.fill_waits = fill_waits
         self._dp_group, self._pp_group = self._make_groups() if initialized else (None, None)
         self._encoder_group = self._make_encoder_group() if initialized and p.encoder is not None else None
 
@@ -196,7 +199,7 @@ class Runtime:
             peers = {q: q * p.dp + self.dp_rank for q in range(p.pp)}
             self._executor = ScheduleExecutor(self.plan, self.stages, self.pipeline_rank, peers, self._scaled_loss,
                                               self.labels_key, self.timeline, self._reduce_stage_gradients,
-                                              self.encoder, self._reduce_encoder_gradients)
+                                              self.encoder, self._reduce_encoder_gradients, self.fill_waits)
 
     def _instrument_pipeline_stage(self, s: int):
         stage, timeline = self._pipe_stage, self.timeline
@@ -269,8 +272,10 @@ class Runtime:
         loss = torch.tensor([self._local_loss / replicas], dtype=torch.float64)
         if self.world_size > 1:
             dist.all_reduce(loss)
+        ahead = self._executor.passes_ahead if self.engine == "executor" else 0
         return StepResult(loss=float(loss.item()), step_tokens=int(step_tokens), seconds=seconds,
-                          compute_seconds=compute, wait_seconds=max(0.0, seconds - compute))
+                          compute_seconds=compute, wait_seconds=max(0.0, seconds - compute),
+                          encoder_passes_ahead=ahead)
 
     def _step_ddp(self, micro_batches) -> float:
         module, timeline = self._module, self.timeline
