@@ -2,9 +2,10 @@
 
 A gloo receive tells that it has completed only when waited on, so a rank blocked on one message cannot look at
 another. Here each message's small header is posted as soon as the step starts and a background thread waits on
-it (the wait releases the interpreter's lock); :meth:`Arrivals.ready` then answers at once, and
-:meth:`Arrivals.take` receives the tensors the header announces. Header and tensors travel as the executor's
-sends put them: the header first, then each non-empty tensor under its own tag.
+it (the wait releases the interpreter's lock), posts the receives of the tensors the header announces at once,
+so they travel while the rank computes, and waits for them too. :meth:`Arrivals.ready` then answers at once and
+:meth:`Arrivals.take` hands the tensors over. Header and tensors travel as the executor's sends put them: the
+header first, then each non-empty tensor under its own tag.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class Arrivals:
         self._header_slots, self._buffers = header_slots, buffers
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._watchers = 0
-        self._posted: dict = {}  # key -> (source rank, tag of part i, header, event, errors)
+        self._posted: dict = {}  # key -> (its tensors once here, the event that says so, errors)
 
     def post(self, key: Hashable, source: int, tag: Callable[[int], int]) -> None:
         """Posts the receive of the message ``key`` from global rank ``source``; ``tag(i)`` is its part ``i``'s
@@ -34,37 +35,39 @@ class Arrivals:
         header = torch.empty(self._header_slots, dtype=torch.int64)
         work = dist.irecv(header, source, tag=tag(0))
         event, errors = threading.Event(), []
-        self._posted[key] = (source, tag, header, event, errors)
+        tensors: list = []
+        self._posted[key] = (tensors, event, errors)
         # One watcher per message that can be outstanding at once: a watcher blocked on a late message must not
         # hold up the others.
         if self._watchers < len(self._posted):
             threading.Thread(target=self._watch, daemon=True, name="fulcrum-arrivals").start()
             self._watchers += 1
-        self._jobs.put((work, event, errors))
+        self._jobs.put((work, source, tag, header, tensors, event, errors))
 
     def _watch(self) -> None:
         while True:
-            work, event, errors = self._jobs.get()
+            work, source, tag, header, tensors, event, errors = self._jobs.get()
             try:
                 work.wait()
+                tensors += self._buffers(header)
+                works = [dist.irecv(t, source, tag=tag(i + 1)) for i, t in enumerate(tensors)
+                         if t.numel()]  # the header tells the receiver of empty tensors
+                for w in works:
+                    w.wait()
             except BaseException as error:  # handed to the rank's own thread by take()
                 errors.append(error)
             event.set()
 
     def ready(self, key: Hashable) -> bool:
-        """Whether message ``key``'s header has arrived (its tensors follow it)."""
-        return self._posted[key][3].is_set()
+        """Whether message ``key`` has arrived, header and tensors."""
+        return self._posted[key][1].is_set()
 
     def take(self, key: Hashable) -> tuple:
         """Waits for message ``key`` and returns its tensors."""
-        source, tag, header, event, errors = self._posted.pop(key)
+        tensors, event, errors = self._posted.pop(key)
         event.wait()
         if errors:
             raise errors[0]
-        tensors = self._buffers(header)
-        for i, t in enumerate(tensors):
-            if t.numel():  # the header tells the receiver of empty tensors
-                dist.recv(t, source, tag=tag(i + 1))
         return tuple(tensors)
 
     def pending(self) -> list:

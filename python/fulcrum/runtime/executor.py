@@ -5,7 +5,9 @@ says, backward passes split into input and weight gradients, custom programs, th
 bubbles), this follows the plan exactly:
 ``F``/``B``/``BI``/``W`` compute, ``send``/``recv`` as ``torch.distributed`` point-to-point messages, gradient
 collectives over the data-parallel group. Activations keep whatever shape each micro-batch has: every transfer
-carries a small header with its tensors' shapes, so nothing is padded that the model does not pad itself.
+carries a small header with its tensors' shapes, so nothing is padded that the model does not pad itself. A
+step's receives are all posted when it starts (:class:`Arrivals`), so each message travels while the rank
+computes instead of when the rank reaches its receive.
 
 The LLM's passes run in the plan's order. The encoders' passes keep their order too, but may run earlier than the
 plan puts them: when the rank would wait for a message, it runs the next encoder pass whose inputs are here
@@ -88,8 +90,7 @@ class ScheduleExecutor:
             raise ValueError(f"pipeline rank {pipeline_rank}'s program runs encoder passes but it holds no encoder "
                              "stage")
         self.fill_waits = fill_waits and bool(self.encoder_passes)
-        if self.fill_waits:
-            self._plan_filling()
+        self._plan_transfers()
 
     # Messages are tagged by what they carry and the stage that receives them, so a send and its receive agree.
     def _tag(self, kind: str, receiving_stage: int, micro_batch: int, part: int) -> int:
@@ -109,12 +110,11 @@ class ScheduleExecutor:
         self.done: set = set()  # positions run ahead of their place in the program
         self.next_encoder_pass = 0  # index into encoder_passes
         self.passes_ahead = 0
-        if self.fill_waits:
-            for at in self.remote_receives:
-                _, source, _, tag_stage, mb = self._route(self.program[at])
-                kind = self.program[at][1]
-                self.arrivals.post(at, source, lambda part, kind=kind, stage=tag_stage, mb=mb:
-                                   self._tag(kind, stage, mb, part))
+        for at in self.remote_receives:
+            _, source, _, tag_stage, mb = self._route(self.program[at])
+            kind = self.program[at][1]
+            self.arrivals.post(at, source, lambda part, kind=kind, stage=tag_stage, mb=mb:
+                               self._tag(kind, stage, mb, part))
         for at, instruction in enumerate(self.program):
             if at in self.done:
                 continue
@@ -148,8 +148,7 @@ class ScheduleExecutor:
         left = list(self.saved) + list(self.inbox) + list(self.outbox)
         if self.encoder is not None:
             left += [("encoder", *key) for key in self.encoder.pending()]
-        if self.fill_waits:
-            left += [self.program[at] for at in self.arrivals.pending()]
+        left += [self.program[at] for at in self.arrivals.pending()]
         if left:
             raise RuntimeError("the schedule left work undone: " + ", ".join(map(str, left)))
         return self.loss
@@ -224,10 +223,10 @@ class ScheduleExecutor:
             return ("encoder", "activation", pipeline, stage, k) if layer == self.encoder.first and stage > 0 else None
         return ("encoder", "gradient", pipeline, stage, k) if layer == self.encoder.end - 1 else None
 
-    def _plan_filling(self) -> None:
-        """What filling a wait needs to know of the program: the remote receives (posted when a step starts),
-        which instruction delivers each mailbox key, and where each stretch of encoder passes must stop (an
-        encoder pass never runs ahead of a collective)."""
+    def _plan_transfers(self) -> None:
+        """What the program's transfers are: the remote receives (posted when a step starts) and, for filling
+        waits, which instruction delivers each mailbox key, the encoders' sends, and where each stretch of
+        encoder passes must stop (an encoder pass never runs ahead of a collective)."""
         self.arrivals = Arrivals(_HEADER, _buffers)
         self.remote_receives, self.delivered_by, self.encoder_sends = [], {}, []
         me = self.peers[self.pipeline_rank]
@@ -344,21 +343,10 @@ class ScheduleExecutor:
                     self.pending.append((dist.isend(t, dst, tag=self._tag(kind, tag_stage, mb, i)), t))
 
     def _recv(self, at: int, instruction) -> None:
-        key, src, _, tag_stage, mb = self._route(instruction)
-        kind = instruction[1]
+        key, src, _, _, mb = self._route(instruction)
         if src == self.peers[self.pipeline_rank]:
             return  # delivered by the local send
-        if self.fill_waits:
-            if not self.arrivals.ready(at):
-                self._fill(at, lambda: self.arrivals.ready(at))
-            with self.timeline.span(f"recv s{instruction[2]} mb{mb}", "recv", P2P, int(instruction[2]), mb):
-                self.inbox[key] = self.arrivals.take(at)
-            return
+        if self.fill_waits and not self.arrivals.ready(at):
+            self._fill(at, lambda: self.arrivals.ready(at))
         with self.timeline.span(f"recv s{instruction[2]} mb{mb}", "recv", P2P, int(instruction[2]), mb):
-            header = torch.empty(_HEADER, dtype=torch.int64)
-            dist.recv(header, src, tag=self._tag(kind, tag_stage, mb, 0))
-            tensors = _buffers(header)
-            for i, t in enumerate(tensors):
-                if t.numel():
-                    dist.recv(t, src, tag=self._tag(kind, tag_stage, mb, i + 1))
-        self.inbox[key] = tuple(tensors)
+            self.inbox[key] = self.arrivals.take(at)
