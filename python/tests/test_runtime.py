@@ -89,7 +89,7 @@ def test_a_rank_waiting_for_a_late_peer_runs_its_next_encoder_passes_meanwhile(l
     late = ["--late-rank", str(late_rank), "--late-seconds", "0.2"]
     filled = run_worker(layout, tmp_path / "filled.json", *late)
     planned = run_worker(layout, tmp_path / "planned.json", *late, "--no-fill")
-    # The peer starts every step 0.2 s late, so the other rank fills that wait in each of the five steps.
+    # The peer starts every step 0.2 s late, so the other rank fills that wait: at least a pass a step.
     assert filled["encoder_passes_ahead"][1 - late_rank] >= 5
     assert planned["encoder_passes_ahead"] == [0, 0]
     # The same operations in the same order on every parameter: the same training, to the last bit.

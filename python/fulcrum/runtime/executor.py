@@ -2,19 +2,21 @@
 
 For the orders no public ``torch.distributed.pipelining`` schedule gives (interleaved chunks placed as the plan
 says, backward passes split into input and weight gradients, custom programs, the encoders' passes in the LLM's
-bubbles), this follows the plan exactly:
-``F``/``B``/``BI``/``W`` compute, ``send``/``recv`` as ``torch.distributed`` point-to-point messages, gradient
-collectives over the data-parallel group. Activations keep whatever shape each micro-batch has: every transfer
-carries a small header with its tensors' shapes, so nothing is padded that the model does not pad itself. A
-step's receives are all posted when it starts (:class:`Arrivals`), so each message travels while the rank
-computes instead of when the rank reaches its receive.
+bubbles), this follows the plan's instructions: ``F``/``B``/``BI``/``W`` compute, ``send``/``recv`` as
+``torch.distributed`` point-to-point messages, gradient collectives over the data-parallel group. Activations keep
+whatever shape each micro-batch has: every transfer carries a small header with its tensors' shapes, so nothing
+is padded that the model does not pad itself. A step's receives are all posted when it starts
+(:class:`Arrivals`), so each message travels while the rank computes instead of when the rank reaches its
+receive.
 
 The LLM's passes run in the plan's order. The encoders' passes keep their order too, but may run earlier than the
-plan puts them: when the rank would wait for a message, it runs the next encoder pass whose inputs are here
-instead (``fill_waits``). A static bubble schedule has no slack, so without this a peer running a few milliseconds
-late leaves the rank idle beside encoder work it is already allowed to do. Running an encoder pass earlier only
-brings its features forward (EF_i ≤ F_i still holds), and a backward pass still starts after the LLM's gradients
-for it arrive (EB_i ≥ B_i), so the training is the same, operation for operation.
+plan puts them: when the rank would wait for a message, it runs the next encoder passes whose inputs are here
+instead (``fill_waits``), since a peer running late would otherwise leave it idle beside encoder work it may
+already do. An encoder pass run earlier only brings its features forward (EF_i ≤ F_i still holds), and a
+backward pass still starts after the LLM's gradients for it arrive (EB_i ≥ B_i), so the training is the same,
+operation for operation (for models that draw random numbers, such as dropout, the draws come in another order).
+Filling is greedy: a pass started just before the awaited message lands delays the LLM's next pass by up to one
+encoder layer pass.
 """
 
 from __future__ import annotations
@@ -110,11 +112,8 @@ class ScheduleExecutor:
         self.done: set = set()  # positions run ahead of their place in the program
         self.next_encoder_pass = 0  # index into encoder_passes
         self.passes_ahead = 0
-        for at in self.remote_receives:
-            _, source, _, tag_stage, mb = self._route(self.program[at])
-            kind = self.program[at][1]
-            self.arrivals.post(at, source, lambda part, kind=kind, stage=tag_stage, mb=mb:
-                               self._tag(kind, stage, mb, part))
+        for at, source, tags in self.receive_posts:
+            self.arrivals.post(at, source, tags)
         for at, instruction in enumerate(self.program):
             if at in self.done:
                 continue
@@ -228,14 +227,15 @@ class ScheduleExecutor:
         waits, which instruction delivers each mailbox key, the encoders' sends, and where each stretch of
         encoder passes must stop (an encoder pass never runs ahead of a collective)."""
         self.arrivals = Arrivals(_HEADER, _buffers)
-        self.remote_receives, self.delivered_by, self.encoder_sends = [], {}, []
+        self.receive_posts, self.delivered_by, self.encoder_sends = [], {}, []
         me = self.peers[self.pipeline_rank]
         for at, i in enumerate(self.program):
             if i[0] not in ("send", "recv"):
                 continue
-            key, peer, peer_key, _, _ = self._route(i)
+            key, peer, peer_key, tag_stage, mb = self._route(i)
             if i[0] == "recv" and peer != me:
-                self.remote_receives.append(at)
+                tags = [self._tag(i[1], tag_stage, mb, part) for part in range(_MAX_TENSORS + 1)]
+                self.receive_posts.append((at, peer, tags))
                 self.delivered_by[key] = at
             elif i[0] == "send" and peer == me:
                 self.delivered_by[peer_key] = at  # a local send puts the tensors in this rank's inbox
@@ -274,7 +274,8 @@ class ScheduleExecutor:
             if at > stop:
                 return
             key = self._encoder_input(at)
-            if key is not None and not self._available(key):
+            # A pass that needs the awaited message waits with the rank.
+            if key is not None and (self.delivered_by.get(key) == waiting_at or not self._available(key)):
                 return
             self.done.add(at)
             self.passes_ahead += 1
