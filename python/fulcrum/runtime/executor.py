@@ -126,9 +126,9 @@ class ScheduleExecutor:
                 if at in self.encoder_pass_at:
                     self._run_encoder_pass(at)
             elif op == "send":
-                self._send(instruction)
+                self._send(at)
             elif op == "recv":
-                self._recv(at, instruction)
+                self._recv(at)
             elif op == "collective" and len(instruction) > 4:  # over the encoder stage's replicas
                 if instruction[2] == "gradients":
                     with self.timeline.span(f"{instruction[1]} encoder s{instruction[3]}", "collective",
@@ -223,16 +223,15 @@ class ScheduleExecutor:
         return ("encoder", "gradient", pipeline, stage, k) if layer == self.encoder.end - 1 else None
 
     def _plan_transfers(self) -> None:
-        """What the program's transfers are: the remote receives (posted when a step starts) and, for filling
-        waits, which instruction delivers each mailbox key, the encoders' sends, and where each stretch of
-        encoder passes must stop (an encoder pass never runs ahead of a collective)."""
+        """What the program's transfers are: each one's route, the remote receives (posted when a step starts)
+        and, for filling waits, which instruction delivers each mailbox key, the encoders' sends, and where each
+        stretch of encoder passes must stop (an encoder pass never runs ahead of a collective)."""
         self.arrivals = Arrivals(_HEADER, _buffers)
+        self.routes = {at: self._route(i) for at, i in enumerate(self.program) if i[0] in ("send", "recv")}
         self.receive_posts, self.delivered_by, self.encoder_sends = [], {}, []
         me = self.peers[self.pipeline_rank]
-        for at, i in enumerate(self.program):
-            if i[0] not in ("send", "recv"):
-                continue
-            key, peer, peer_key, tag_stage, mb = self._route(i)
+        for at, (key, peer, peer_key, tag_stage, mb) in self.routes.items():
+            i = self.program[at]
             if i[0] == "recv" and peer != me:
                 tags = [self._tag(i[1], tag_stage, mb, part) for part in range(_MAX_TENSORS + 1)]
                 self.receive_posts.append((at, peer, tags))
@@ -258,12 +257,12 @@ class ScheduleExecutor:
             if not self.arrivals.ready(at):
                 return False
             self.done.add(at)
-            self._recv(at, i)
+            self._recv(at)
         else:  # a local send: ready once the pass that feeds it has run
-            if self._route(i)[0] not in self.outbox:
+            if self.routes[at][0] not in self.outbox:
                 return False
             self.done.add(at)
-            self._send(i)
+            self._send(at)
         return True
 
     def _fill(self, waiting_at: int, arrived: Callable[[], bool]) -> None:
@@ -281,10 +280,9 @@ class ScheduleExecutor:
             self.passes_ahead += 1
             self._run_encoder_pass(at)
             for send in self.encoder_sends:
-                if waiting_at < send < stop and send not in self.done and \
-                        self._route(self.program[send])[0] in self.outbox:
+                if waiting_at < send < stop and send not in self.done and self.routes[send][0] in self.outbox:
                     self.done.add(send)
-                    self._send(self.program[send])
+                    self._send(send)
 
     def _encoder_pass(self, pipeline: int, stage: int, k: int, layer: int, pass_name: str) -> None:
         layout = self.plan.encoder
@@ -330,8 +328,9 @@ class ScheduleExecutor:
         tag_stage = llm_stages + receiving_stage if receiving_pipe >= 0 else receiving_stage
         return key, peer, receiving_key, tag_stage, llm_mb
 
-    def _send(self, instruction) -> None:
-        key, dst, peer_key, tag_stage, mb = self._route(instruction)
+    def _send(self, at: int) -> None:
+        instruction = self.program[at]
+        key, dst, peer_key, tag_stage, mb = self.routes[at]
         kind = instruction[1]
         tensors = self.outbox.pop(key)
         if dst == self.peers[self.pipeline_rank]:  # the receiving stage lives on this rank
@@ -343,8 +342,9 @@ class ScheduleExecutor:
                 if t.numel():  # the header tells the receiver of empty tensors
                     self.pending.append((dist.isend(t, dst, tag=self._tag(kind, tag_stage, mb, i)), t))
 
-    def _recv(self, at: int, instruction) -> None:
-        key, src, _, _, mb = self._route(instruction)
+    def _recv(self, at: int) -> None:
+        instruction = self.program[at]
+        key, src, _, _, mb = self.routes[at]
         if src == self.peers[self.pipeline_rank]:
             return  # delivered by the local send
         if self.fill_waits and not self.arrivals.ready(at):
