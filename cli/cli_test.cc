@@ -875,6 +875,7 @@ TEST_F(Cli, MultitaskBadInput) {
       {"--tasks multitask-clip-4 --load-schedule " + unsynced, "unsynced.json: layer "},
       {"--tasks multitask-clip-4 --load-schedule " + saved + " --save-schedule x.json", "--load-schedule times"},
       {"--tasks multitask-clip-4 --zero 2", "--zero 2: a multitask plan all-reduces gradients in full"},
+      {"--tasks multitask-clip-4 --bucket-mb -1", "--bucket-mb -1: expected megabytes from 0"},
   };
   for (const auto& [args, message] : cases) {
     const Result r = run("multitask " + args + " --cluster a800:8 --json");

@@ -39,6 +39,7 @@ struct MultitaskOptions {
   std::string report;
   std::string load_schedule;
   int zero = 1;
+  double bucket_mb = 25;
   bool json = false;
 };
 
@@ -48,6 +49,7 @@ std::string command_line(const MultitaskOptions& o) {
   if (o.dtype != MultitaskOptions{}.dtype) out += fmt::format(" --dtype {}", o.dtype);
   if (!o.profile.empty()) out += fmt::format(" --profile {}", shell_word(o.profile));
   if (o.zero != MultitaskOptions{}.zero) out += fmt::format(" --zero {}", o.zero);
+  if (o.bucket_mb != MultitaskOptions{}.bucket_mb) out += fmt::format(" --bucket-mb {}", o.bucket_mb);
   if (!o.report.empty()) out += fmt::format(" --report {}", shell_word(o.report));
   return out;
 }
@@ -234,6 +236,11 @@ void run(const MultitaskOptions& o) {
                                  o.zero));
   }
   in.state_sharding = o.zero == 0 ? StateSharding::kZero0 : StateSharding::kZero1;
+  if (!(o.bucket_mb >= 0 && o.bucket_mb <= 1e9)) {
+    throw InputError(fmt::format("--bucket-mb {}: expected megabytes from 0 (an all-reduce per sync group) to 1e9",
+                                 o.bucket_mb));
+  }
+  in.bucket_bytes = o.bucket_mb * 1024 * 1024;
   if (!o.load_schedule.empty()) {
     simulate_loaded(o, graph, cluster, cost, profile ? &*profile : nullptr, in.efficiency, dtype);
     return;
@@ -421,6 +428,10 @@ std::function<void()> add_multitask_command(CLI::App& app) {
   cmd->add_option("--zero", o->zero,
                   "Optimizer state: 1 sharded over each layer's replicas (ZeRO-1), 0 whole on every device that holds "
                   "the layer")
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", o->bucket_mb,
+                  "Sync groups on the same devices ready one after another share an all-reduce up to this many MiB "
+                  "of gradients per device, as DDP's bucket_cap_mb; 0: one all-reduce per group")
       ->capture_default_str();
   cmd->add_option("--load-schedule", o->load_schedule,
                   "Simulate this multitask schedule (a --save-schedule file) on the tasks, cluster and costs given, "

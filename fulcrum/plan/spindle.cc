@@ -312,9 +312,29 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
     group.layers.push_back(key);
     group.gradient_bytes += element * static_cast<double>(c.layers[key.second].parameters()) / h.tp;
   }
-  std::vector<SyncGroup> groups;
+  // Buckets: each (shards, devices) fills one while the next group ready on them fits, as DDP fills its buckets in
+  // the order backward completes the gradients; a bucket is ready when its last group is.
+  std::map<std::pair<int, std::vector<int>>, size_t> open;  // → index in `buckets`
+  std::vector<SyncGroup> buckets;
   for (auto& [key, group] : pools) {
-    const std::vector<int>& ids = std::get<2>(key);
+    const auto on = std::make_pair(group.tp, group.device_ids);
+    const auto it = open.find(on);
+    if (it != open.end() && buckets[it->second].gradient_bytes + group.gradient_bytes <= in.bucket_bytes) {
+      SyncGroup& bucket = buckets[it->second];
+      bucket.ready_wave = group.ready_wave;
+      bucket.layers.insert(bucket.layers.end(), group.layers.begin(), group.layers.end());
+      bucket.gradient_bytes += group.gradient_bytes;
+      continue;
+    }
+    open[on] = buckets.size();
+    buckets.push_back(std::move(group));
+  }
+  std::stable_sort(buckets.begin(), buckets.end(), [](const SyncGroup& a, const SyncGroup& b) {
+    return std::tie(b.ready_wave, a.tp, a.device_ids) < std::tie(a.ready_wave, b.tp, b.device_ids);
+  });
+  std::vector<SyncGroup> groups;
+  for (SyncGroup& group : buckets) {
+    const std::vector<int>& ids = group.device_ids;
     const int64_t copies = static_cast<int64_t>(ids.size()) / group.tp;
     if (copies > 1 && group.gradient_bytes > 0) {
       const DeviceGroupShape shape = group_shape(ids, per_node);

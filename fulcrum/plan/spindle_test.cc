@@ -174,6 +174,62 @@ TEST(Spindle, SyncGroupsHoldWholeCopiesOfTheirShards) {
   }
 }
 
+// vl's image tower (wave 0) and LLM (wave 2) on devices 0-3, clip's caption tower between them (wave 1) on
+// devices 0-1: three groups, as the backward completes them LLM, text, vision.
+std::vector<PlannedWave> three_waves(const MetaGraph& g) {
+  std::vector<PlannedWave> waves(3);
+  auto put = [&](int metaop, int wave, int devices) {
+    PlacedSlice s;
+    s.metaop = metaop;
+    s.devices = devices;
+    s.layers = g.ops[metaop].layers;
+    s.dp = devices;
+    for (int d = 0; d < devices; ++d) s.device_ids.push_back(d);
+    waves[wave].slices.push_back(s);
+  };
+  put(0, 0, 4);
+  put(3, 1, 2);
+  put(1, 2, 4);
+  return waves;
+}
+
+TEST(Spindle, SyncGroupsOnTheSameDevicesShareAnAllReduceUpToTheBucketSize) {
+  const TaskGraph graph = two_tasks();
+  const ClusterSpec cluster = cluster_preset("a800:8");
+  const AnalyticCost cost(cluster);
+  MultitaskInputs in{&graph, &cluster, &cost, cost.efficiency()};
+  const MetaGraph g = contract(graph);
+  const std::vector<PlannedWave> waves = three_waves(g);
+  in.bucket_bytes = 0;
+  const std::vector<SyncGroup> one_each = sync_groups_of(in, g, waves);
+  ASSERT_EQ(one_each.size(), 3u);
+  EXPECT_EQ(one_each[0].ready_wave, 2);  // the LLM
+  EXPECT_EQ(one_each[1].ready_wave, 1);  // the text tower, on devices 0-1
+  EXPECT_EQ(one_each[2].ready_wave, 0);  // the image tower
+  EXPECT_EQ(one_each[1].device_ids, (std::vector<int>{0, 1}));
+  const double llm = one_each[0].gradient_bytes, vision = one_each[2].gradient_bytes;
+
+  // A bucket just too small for both: as before.
+  in.bucket_bytes = llm + vision - 1;
+  EXPECT_EQ(sync_groups_of(in, g, waves).size(), 3u);
+
+  // Room for both: the image tower joins the LLM's bucket across the text tower's group on other devices, and the
+  // bucket is ready when the image tower is, after the text tower's group.
+  in.bucket_bytes = llm + vision;
+  const std::vector<SyncGroup> bucketed = sync_groups_of(in, g, waves);
+  ASSERT_EQ(bucketed.size(), 2u);
+  EXPECT_EQ(bucketed[0].device_ids, (std::vector<int>{0, 1}));
+  EXPECT_EQ(bucketed[1].device_ids, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(bucketed[1].ready_wave, 0);
+  EXPECT_DOUBLE_EQ(bucketed[1].gradient_bytes, llm + vision);
+  std::vector<std::pair<int, int>> layers = one_each[0].layers;
+  layers.insert(layers.end(), one_each[2].layers.begin(), one_each[2].layers.end());
+  EXPECT_EQ(bucketed[1].layers, layers);
+  // One all-reduce of both costs less than the two alone: one start-up latency fewer.
+  EXPECT_LT(bucketed[1].seconds, one_each[0].seconds + one_each[2].seconds);
+  EXPECT_GT(bucketed[1].seconds, std::max(one_each[0].seconds, one_each[2].seconds));
+}
+
 TEST(Spindle, RefusesMissingInputs) {
   EXPECT_THROW(plan_multitask({}), InputError);
 }
