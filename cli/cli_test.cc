@@ -765,6 +765,33 @@ TEST_F(Cli, MultitaskSimulatesASavedSchedule) {
   EXPECT_LT(slow_seconds, 2.0 * fast_seconds);
 }
 
+// The sequential arrangement's sync groups, one per backward wave, pooled into buckets of 25 MiB a device by
+// default: fewer all-reduces over the same layers, every one of them still synchronised and the schedule valid
+// (--save-schedule validates what it writes).
+TEST_F(Cli, MultitaskSyncGroupsShareBuckets) {
+  const std::string args = "multitask --tasks multitask-clip-4 --cluster a800:8 --json --schedule-of sequential";
+  auto groups_of = [&](const std::string& extra) {
+    const std::string file = (dir_ / "buckets.json").string();
+    const Result r = run(args + extra + " --save-schedule " + file);
+    EXPECT_EQ(r.status, 0) << r.err;
+    const auto schedule = nlohmann::json::parse(slurp(file));
+    std::vector<std::set<std::pair<int, int>>> out;
+    for (const auto& g : schedule["tasks"]["sync_groups"]) {
+      std::set<std::pair<int, int>> layers;
+      for (const auto& l : g["layers"]) layers.insert({l[0].get<int>(), l[1].get<int>()});
+      out.push_back(layers);
+    }
+    return out;
+  };
+  const auto one_each = groups_of(" --bucket-mb 0");
+  const auto bucketed = groups_of("");
+  EXPECT_LT(bucketed.size(), one_each.size());
+  std::set<std::pair<int, int>> all_one_each, all_bucketed;
+  for (const auto& g : one_each) all_one_each.insert(g.begin(), g.end());
+  for (const auto& g : bucketed) all_bucketed.insert(g.begin(), g.end());
+  EXPECT_EQ(all_bucketed, all_one_each);
+}
+
 // --zero 0 keeps the whole optimizer state on every device that holds a layer (a plain optimizer per rank):
 // the sequential arrangement, every layer on all 16 devices, then steps 16 times the parameters a device steps
 // under ZeRO-1, and holds more.
@@ -875,7 +902,7 @@ TEST_F(Cli, MultitaskBadInput) {
       {"--tasks multitask-clip-4 --load-schedule " + unsynced, "unsynced.json: layer "},
       {"--tasks multitask-clip-4 --load-schedule " + saved + " --save-schedule x.json", "--load-schedule times"},
       {"--tasks multitask-clip-4 --zero 2", "--zero 2: a multitask plan all-reduces gradients in full"},
-      {"--tasks multitask-clip-4 --bucket-mb -1", "--bucket-mb -1: expected megabytes from 0"},
+      {"--tasks multitask-clip-4 --bucket-mb -1", "--bucket-mb -1: expected MiB from 0"},
   };
   for (const auto& [args, message] : cases) {
     const Result r = run("multitask " + args + " --cluster a800:8 --json");

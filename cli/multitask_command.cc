@@ -237,7 +237,7 @@ void run(const MultitaskOptions& o) {
   }
   in.state_sharding = o.zero == 0 ? StateSharding::kZero0 : StateSharding::kZero1;
   if (!(o.bucket_mb >= 0 && o.bucket_mb <= 1e9)) {
-    throw InputError(fmt::format("--bucket-mb {}: expected megabytes from 0 (an all-reduce per sync group) to 1e9",
+    throw InputError(fmt::format("--bucket-mb {}: expected MiB from 0 (an all-reduce per sync group) to 1e9",
                                  o.bucket_mb));
   }
   in.bucket_bytes = o.bucket_mb * 1024 * 1024;
@@ -431,7 +431,8 @@ std::function<void()> add_multitask_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", o->bucket_mb,
                   "Sync groups on the same devices ready one after another share an all-reduce up to this many MiB "
-                  "of gradients per device, as DDP's bucket_cap_mb; 0: one all-reduce per group")
+                  "of gradients per device, as DDP's bucket_cap_mb; 0: one all-reduce per group (a --load-schedule "
+                  "schedule keeps its own groups)")
       ->capture_default_str();
   cmd->add_option("--load-schedule", o->load_schedule,
                   "Simulate this multitask schedule (a --save-schedule file) on the tasks, cluster and costs given, "

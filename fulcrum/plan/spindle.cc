@@ -319,7 +319,8 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
   for (auto& [key, group] : pools) {
     const auto on = std::make_pair(group.tp, group.device_ids);
     const auto it = open.find(on);
-    if (it != open.end() && buckets[it->second].gradient_bytes + group.gradient_bytes <= in.bucket_bytes) {
+    if (it != open.end() && in.bucket_bytes > 0 &&
+        buckets[it->second].gradient_bytes + group.gradient_bytes <= in.bucket_bytes) {
       SyncGroup& bucket = buckets[it->second];
       bucket.ready_wave = group.ready_wave;
       bucket.layers.insert(bucket.layers.end(), group.layers.begin(), group.layers.end());

@@ -34,7 +34,7 @@ struct MultitaskInputs {
   // The least tensor parallelism of transformer blocks copied over several devices (CurveOptions::min_tp).
   int min_tp = 1;
   // Sync groups on the same devices that become ready one after another share an all-reduce while their
-  // gradients fit in this many bytes per device, as DDP's buckets (bucket_cap_mb, 25 MB) do: a few larger
+  // gradients fit in this many bytes per device, as DDP's buckets (bucket_cap_mb, 25 MiB) do: a few larger
   // all-reduces in place of many small ones, each started when its last group is ready. 0: one per group.
   double bucket_bytes = 25.0 * 1024 * 1024;
 };
@@ -76,7 +76,7 @@ struct SyncGroup {
 // The sync groups of `waves`' placement: the trained layers held on the same devices and completed by the same
 // backward wave pooled, then groups on the same devices ready one after another pooled up to `in.bucket_bytes`;
 // one all-reduce each (none for a group of one device); in the order they become ready (later forward waves
-// first), then by devices, which every device issues them in.
+// first), then by shards and devices, which every device issues them in.
 std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph& graph,
                                       const std::vector<PlannedWave>& waves);
 

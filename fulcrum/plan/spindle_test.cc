@@ -228,6 +228,18 @@ TEST(Spindle, SyncGroupsOnTheSameDevicesShareAnAllReduceUpToTheBucketSize) {
   // One all-reduce of both costs less than the two alone: one start-up latency fewer.
   EXPECT_LT(bucketed[1].seconds, one_each[0].seconds + one_each[2].seconds);
   EXPECT_GT(bucketed[1].seconds, std::max(one_each[0].seconds, one_each[2].seconds));
+
+  // The same devices holding other shards (the LLM split 2 ways): never one bucket, however large.
+  std::vector<PlannedWave> split = waves;
+  split[2].slices[0].dp = 2;
+  split[2].slices[0].tp = 2;
+  in.bucket_bytes = 1e18;
+  const std::vector<SyncGroup> by_shards = sync_groups_of(in, g, split);
+  ASSERT_EQ(by_shards.size(), 3u);
+  EXPECT_EQ(by_shards[0].tp, 2);
+  EXPECT_EQ(by_shards[0].layers, one_each[0].layers);
+  EXPECT_EQ(by_shards[2].tp, 1);
+  EXPECT_EQ(by_shards[2].layers, one_each[2].layers);
 }
 
 TEST(Spindle, RefusesMissingInputs) {
