@@ -32,18 +32,28 @@ BatchPlan new_plan(std::string_view algo, const BatchParams& params, const Datas
   return plan;
 }
 
-void check_params(const BatchParams& p, const Dataset& data) {
-  if (p.dp < 1) throw InputError(fmt::format("--dp must be at least 1, got {}", p.dp));
-  if (p.micro_batches < 1) throw InputError(fmt::format("--microbatches must be at least 1, got {}", p.micro_batches));
-  if (p.samples_per_step < 0) throw InputError("--samples-per-step must be positive");
-  if (p.window_steps < 1) throw InputError(fmt::format("--window must be at least 1, got {}", p.window_steps));
-  if (p.passes < 1) throw InputError(fmt::format("--passes must be at least 1, got {}", p.passes));
+void check_params(const BatchParams& p, const Dataset& data, const BatchParamNames& names) {
+  // Upper bounds far past any run, short of counts whose plans would exhaust memory or never finish.
+  constexpr int64_t kMostRanks = 1 << 20, kMostMicroBatches = 1 << 20, kMostSlots = 1 << 24, kMostPasses = 100000;
+  const auto check = [](const char* name, int64_t value, int64_t most) {
+    if (value < 1) throw InputError(fmt::format("{} must be at least 1, got {}", name, value));
+    if (value > most) throw InputError(fmt::format("{} must be at most {}, got {}", name, most, value));
+  };
+  check(names.dp, p.dp, kMostRanks);
+  check(names.micro_batches, p.micro_batches, kMostMicroBatches);
+  if (p.samples_per_step < 0) throw InputError(fmt::format("{} must be positive", names.samples_per_step));
+  check(names.window, p.window_steps, kMostSlots);
+  check(names.passes, p.passes, kMostPasses);
+  if (p.slots_per_step() > kMostSlots) {
+    throw InputError(fmt::format("{} × {} = {} micro-batches a step: at most {}", names.dp, names.micro_batches,
+                                 p.slots_per_step(), kMostSlots));
+  }
   if (p.vision_cap < 0 || p.token_cap < 0 || p.text_full < 0 || p.vision_full < 0) {
-    throw InputError("caps and thresholds must be positive");
+    throw InputError(fmt::format("{} must not be negative", names.caps));
   }
   if (p.resolved_samples_per_step() < p.slots_per_step()) {
-    throw InputError(fmt::format("--samples-per-step {} is less than dp × microbatches = {}: a micro-batch would be "
-                                 "empty", p.resolved_samples_per_step(), p.slots_per_step()));
+    throw InputError(fmt::format("{} {} is less than {} × {} = {}: a micro-batch would be empty", names.samples_per_step,
+                                 p.resolved_samples_per_step(), names.dp, names.micro_batches, p.slots_per_step()));
   }
   if (data.empty()) throw InputError("the dataset has no samples");
 }

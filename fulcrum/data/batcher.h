@@ -56,8 +56,18 @@ const std::vector<std::string>& batcher_names();
 // An empty plan carrying the run's identity (algo, dp, M, seed, epoch, samples in).
 BatchPlan new_plan(std::string_view algo, const BatchParams& params, const Dataset& data, bool padded);
 
-// Checks parameters that every batcher shares; throws InputError with a one-line reason.
-void check_params(const BatchParams& params, const Dataset& data);
+// What the caller's interface calls the parameters check_params names in its messages.
+struct BatchParamNames {
+  const char* dp = "--dp";
+  const char* micro_batches = "--microbatches";
+  const char* samples_per_step = "--samples-per-step";
+  const char* window = "--window";
+  const char* passes = "--passes";
+  const char* caps = "caps and thresholds";
+};
+
+// Checks parameters that every batcher shares; throws InputError with a one-line reason in `names`' terms.
+void check_params(const BatchParams& params, const Dataset& data, const BatchParamNames& names = {});
 
 // The id of the first sample over a cap, or -1. Caps of 0 are not checked.
 int64_t first_oversize_sample(const Dataset& data, int64_t vision_cap, int64_t token_cap);

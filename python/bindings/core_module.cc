@@ -147,7 +147,9 @@ std::shared_ptr<BatchPlan> make_plan(const Dataset& data, const std::string& alg
   params.drop_last = drop_last;
   params.seed = seed;
   params.epoch = epoch;
-  if (dp < 1) throw InputError("dp must be at least 1, got " + std::to_string(dp));
+  // Python's names for the parameters (a window of 0 would divide by zero inside the batcher).
+  check_params(params, data, {"dp", "micro_batches", "samples_per_step", "window", "passes",
+                              "vision_cap, token_cap, text_full and vision_full"});
   if (first_step < 0) throw InputError("first_step must not be negative");
   const std::unique_ptr<Batcher> batcher = make_batcher(algo);
   const FlopsSampleCost cost(data.vision_unit(), coefficients_from(cost_file));

@@ -102,14 +102,47 @@ def _mix_seed(seed: int, segment: int) -> int:
     return z ^ (z >> 31)
 
 
-def _distributed_rank_and_size() -> tuple[int, int]:
+def _distributed_rank_and_size() -> Optional[tuple[int, int]]:
+    """The process group's rank and size; None when there is none."""
     try:
         import torch.distributed as dist
     except ImportError:
-        return 0, 1
+        return None
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    return None
+
+
+def _rank_and_world_size(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
+    """The arguments, what is missing from the process group; refused where a launcher started several processes
+    but none of them can know its own place (a sampler built before init_process_group)."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    group = _distributed_rank_and_size()
+    if group is not None:
+        return (group[0] if rank is None else rank), (group[1] if world_size is None else world_size)
+    launched = os.environ.get("WORLD_SIZE", "1")
+    if world_size is None and launched.isdigit() and int(launched) > 1:
+        raise ValueError(f"WORLD_SIZE is {launched} but torch.distributed is not initialized: build the sampler "
+                         "after init_process_group, or pass rank= and world_size=")
+    if rank is None and world_size is not None and world_size > 1:
+        raise ValueError(f"world_size={world_size} needs rank= too (torch.distributed is not initialized)")
+    return (0 if rank is None else rank), (1 if world_size is None else world_size)
+
+
+def _whole(name: str, value: Any, minimum: int) -> int:
+    """An integer argument (a bool, float or string is refused rather than truncated) of at least ``minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 LengthSource = Union[str, os.PathLike, _core.Dataset]
@@ -130,7 +163,11 @@ class BalancedBatchSampler:
 
     ``state_dict()`` records the progress through the epoch; ``load_state_dict()`` resumes exactly where it
     stopped, also with a different world size or batch size: the samples not yet seen are re-planned for the
-    new ranks, none lost and none repeated.
+    new ranks, none lost and none repeated. Every other new iteration starts the epoch again, as
+    DistributedSampler's does.
+
+    A meta index entry whose length file is missing is an error unless ``strict=False``: skipping it would give
+    the entries after it other ids than a dataset built from the whole index has.
     """
 
     def __init__(
@@ -143,7 +180,7 @@ class BalancedBatchSampler:
         image_flags: Optional[Any] = None,
         loss_tokens: Optional[Any] = None,
         root: Union[str, os.PathLike] = ".",
-        strict: bool = False,
+        strict: bool = True,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         batch_size: int = 4,
@@ -160,7 +197,8 @@ class BalancedBatchSampler:
         search: bool = False,
         cost: Optional[Union[str, os.PathLike]] = None,
     ):
-        self.dataset = _load_lengths(lengths, tokens, tiles, vision_tokens, image_flags, root, strict)
+        self.dataset = _load_lengths(lengths, tokens, tiles, vision_tokens, image_flags, root,
+                                     _flag("strict", strict))
         n = len(self.dataset)
         if loss_tokens is None:
             self._loss_tokens = np.asarray(self.dataset.tokens)
@@ -171,32 +209,40 @@ class BalancedBatchSampler:
                     or (n and given.min() < 0)):
                 raise ValueError(f"loss_tokens must hold {n} non-negative whole counts, one per sample")
             self._loss_tokens = given.astype(np.int64)
-        if rank is None or world_size is None:
-            dist_rank, dist_size = _distributed_rank_and_size()
-            rank = dist_rank if rank is None else rank
-            world_size = dist_size if world_size is None else world_size
-        if world_size < 1:
-            raise ValueError(f"world_size must be at least 1, got {world_size}")
+        if rank is not None:
+            rank = _whole("rank", rank, 0)
+        if world_size is not None:
+            world_size = _whole("world_size", world_size, 1)
+        rank, world_size = _rank_and_world_size(rank, world_size)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
-        if batch_size < 1 or micro_batches < 1:
-            raise ValueError("batch_size and micro_batches must be at least 1")
+        batch_size = _whole("batch_size", batch_size, 1)
+        micro_batches = _whole("micro_batches", micro_batches, 1)
         if global_batch_size is None:
             global_batch_size = batch_size * micro_batches * world_size
+        global_batch_size = _whole("global_batch_size", global_batch_size, 1)
         if global_batch_size < world_size * micro_batches:
             raise ValueError(
                 f"global_batch_size {global_batch_size} leaves a micro-batch empty: it needs at least "
                 f"world_size × micro_batches = {world_size * micro_batches}")
+        if algo not in _core.batcher_names():
+            raise ValueError(f"algo must be one of {', '.join(_core.batcher_names())}; got {algo!r}")
+        if oversize not in ("error", "own-group", "own_group"):
+            raise ValueError(f"oversize must be \"error\" or \"own-group\", got {oversize!r}")
+        if cost is not None and not os.path.isfile(cost):
+            raise ValueError(f"cost file {os.fspath(cost)!r} is not a file")
         self.rank = rank
         self.world_size = world_size
-        if not 0 <= int(seed) < 2**64:
+        seed = _whole("seed", seed, 0)
+        if seed >= 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-        self.seed = int(seed)
+        self.seed = seed
         self._params = _PlanParams(
-            algo=algo, world_size=world_size, global_batch_size=int(global_batch_size),
-            micro_batches=micro_batches, window=window, drop_last=drop_last, oversize=oversize,
-            vision_cap=vision_cap, token_cap=token_cap, passes=passes, search=search,
-            cost=os.fspath(cost) if cost is not None else None)
+            algo=algo, world_size=world_size, global_batch_size=global_batch_size,
+            micro_batches=micro_batches, window=_whole("window", window, 1), drop_last=_flag("drop_last", drop_last),
+            oversize=oversize, vision_cap=_whole("vision_cap", vision_cap, 0),
+            token_cap=_whole("token_cap", token_cap, 0), passes=_whole("passes", passes, 1),
+            search=_flag("search", search), cost=os.fspath(cost) if cost is not None else None)
         self._fingerprint: Optional[str] = None
         self._epoch = 0
         # The epoch so far: finished segments [(params, steps, digest of what they consumed), ...] under other
@@ -205,7 +251,9 @@ class BalancedBatchSampler:
         self._expect_digest: Optional[str] = None  # what a loaded state says the current segment consumed
         self._step = 0  # steps of the current segment handed out
         self._plan: Optional[_SegmentPlan] = None
-        self._pass_done = False  # a pass ran to the end of the epoch; the next one starts it again
+        # An iteration started from the current point (the epoch's start, or where a loaded state stopped); the
+        # next one starts the epoch again, as DistributedSampler's does, so a pass broken off early loses nothing.
+        self._started = False
         self._fresh: Optional[_SegmentPlan] = None  # the epoch's plan from its start, for that next pass
 
     # -- PyTorch sampler protocol -------------------------------------------------------------------------
@@ -218,16 +266,17 @@ class BalancedBatchSampler:
 
     def __len__(self) -> int:
         """Micro-batches the next iteration yields on this rank."""
-        if self._pass_done:  # the next pass starts the epoch again
+        if self._started:  # the next pass starts the epoch again
             plan = self._fresh_epoch_plan()
             return plan.steps * plan.micro_batches
         return (self.plan.steps - self._step) * self.plan.micro_batches
 
     def __iter__(self) -> Iterator[MicroBatch]:
-        if self._pass_done:  # iterated again without set_epoch: the epoch again, as DistributedSampler does
+        if self._started:  # iterated again without set_epoch: the epoch again, as DistributedSampler does
             fresh = self._fresh_epoch_plan()
             self._restart_epoch()
             self._plan = fresh
+        self._started = True
         plan = self.plan
         m = plan.micro_batches
         dp = plan.dp
@@ -246,7 +295,6 @@ class BalancedBatchSampler:
                     # after the optimizer step resumes at the next step.
                     self._step = step + 1
                 yield MicroBatch(ids[b:e].tolist(), info)
-        self._pass_done = True
 
     # -- planning -----------------------------------------------------------------------------------------
     @property
@@ -291,7 +339,7 @@ class BalancedBatchSampler:
 
     def _restart_epoch(self) -> None:
         self._fresh = None
-        self._pass_done = False
+        self._started = False
         self._expect_digest = None
         self._history = []
         self._step = 0

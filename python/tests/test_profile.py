@@ -369,3 +369,23 @@ def test_every_rank_keeps_the_slowest_ranks_time(tmp_path):
     assert len(results[0]["check"]["whole_model_seconds"]) == 2
     assert min(results[0]["check"]["whole_model_seconds"]) >= 0.05
     assert results[0]["optimizer"] == results[1]["optimizer"]
+
+
+def test_the_measurement_helpers_refuse_counts_that_would_measure_nothing():
+    with pytest.raises(ValueError, match="cannot be negative"):
+        fp.measurement_order(["a", "b"], -1)
+    with pytest.raises(ValueError, match="the steps at least 0"):
+        fp.alternating_blocks(["a", "b"], -3, 2)
+    with pytest.raises(ValueError, match="moves nothing"):
+        fp.fit_alpha_beta("all_reduce", 1, [1e6, 4e6], [1e-3, 2e-3])
+    with pytest.raises(ValueError, match="must be positive"):
+        fp.calibration_across_runs({"entries": []}, {}, whole_model_predicted_seconds=0, whole_model_seconds=[1.0],
+                                   optimizer_seconds=[1.0], parameters=10)
+    with pytest.raises(ValueError, match="repeats >= 1"):
+        fp.time_layer(torch.nn.Linear(4, 4), lambda: ((torch.randn(2, 4),), {}), repeats=0)
+
+
+def test_an_optimizer_step_is_timed_without_a_process_group():
+    params = [torch.nn.Parameter(torch.randn(8))]
+    times = fp.time_optimizer_step(params, warmup=1, repeats=2)
+    assert len(times) == 2 and all(t > 0 for t in times)

@@ -232,6 +232,76 @@ def test_rank_and_size_are_checked():
         fulcrum.BalancedBatchSampler(tokens=[5.5, 6.0], tiles=[1, 1])
 
 
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(window=0), ValueError, "window must be at least 1, got 0"),
+    (dict(window=-1), ValueError, "window"),
+    (dict(passes=0), ValueError, "passes"),
+    (dict(vision_cap=-1), ValueError, "vision_cap"),
+    (dict(token_cap=-5), ValueError, "token_cap"),
+    (dict(batch_size=2.5), TypeError, "batch_size must be an integer"),
+    (dict(micro_batches="2"), TypeError, "micro_batches"),
+    (dict(global_batch_size=7.0), TypeError, "global_batch_size"),
+    (dict(seed=1.7), TypeError, "seed"),
+    (dict(seed=-1), ValueError, "seed"),
+    (dict(world_size=2.0, rank=0), TypeError, "world_size"),
+    (dict(world_size=2, rank=True), TypeError, "rank"),
+    (dict(drop_last="yes"), TypeError, "drop_last"),
+    (dict(search=1), TypeError, "search"),
+    (dict(strict=None), TypeError, "strict"),
+    (dict(algo="fastest"), ValueError, "algo must be one of random"),
+    (dict(oversize="skip"), ValueError, "oversize"),
+    (dict(cost="no/such/cost.json"), ValueError, "no/such/cost.json"),
+])
+def test_bad_arguments_are_refused_when_the_sampler_is_made(kwargs, error, words):
+    # Each of these once passed the constructor: some to be truncated, some to fail at the first len() or
+    # iteration, a window of 0 to end the process on a division by zero.
+    tokens, tiles = random_lengths(40, 0)
+    with pytest.raises(error, match=words):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(window=0), "window must be at least 1, got 0"),
+    (dict(micro_batches=0), "micro_batches must be at least 1, got 0"),
+    (dict(dp=0), "dp must be at least 1"),
+    (dict(passes=0), "passes must be at least 1"),
+    (dict(token_cap=-1), "vision_cap, token_cap, text_full and vision_full must not be negative"),
+    (dict(dp=4, samples_per_step=2), r"samples_per_step 2 is less than dp × micro_batches = 4"),
+])
+def test_the_core_planner_names_its_python_arguments(kwargs, words):
+    tokens, tiles = random_lengths(40, 0)
+    data = fulcrum.Dataset.from_arrays(np.asarray(tokens), np.asarray(tiles), None, "tiles")
+    with pytest.raises(fulcrum.InputError, match=words):
+        fulcrum.plan(data, **kwargs)
+
+
+def test_a_sampler_made_before_the_process_group_under_a_launcher_is_refused(monkeypatch):
+    tokens, tiles = random_lengths(40, 0)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="WORLD_SIZE is 2 but torch.distributed is not initialized"):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles)
+    # Told its place, it needs no process group.
+    assert fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=1, world_size=2).rank == 1
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(ValueError, match="world_size=2 needs rank="):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, world_size=2)
+    assert fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles).world_size == 1
+
+
+@pytest.mark.parametrize("micro_batches", [1, 3])
+def test_a_pass_broken_off_early_is_started_again_by_the_next_one(micro_batches):
+    tokens, tiles = random_lengths(120, 6)
+    sampler = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=1,
+                                           micro_batches=micro_batches)
+    whole = epoch_batches(fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=1,
+                                                       micro_batches=micro_batches))
+    full_length = len(sampler)
+    next(iter(sampler))  # a peek at the first micro-batch, as a check of the loader would take
+    consume(sampler, 2)  # two steps of another pass, left unfinished
+    assert len(sampler) == full_length
+    assert epoch_batches(sampler) == whole, "the next pass is the whole epoch, every sample in it"
+
+
 def test_a_sample_over_a_cap_is_an_error_naming_it():
     with pytest.raises(fulcrum.InputError, match="sample 1"):
         list(fulcrum.BalancedBatchSampler(tokens=[100, 9000, 200], tiles=[1, 2, 1], token_cap=4096))

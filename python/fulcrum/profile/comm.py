@@ -41,6 +41,8 @@ def fit_alpha_beta(op: str, ranks: int, sizes_bytes: Sequence[float], seconds: S
     """Least-squares ``t = a + S / B`` over (size, time) points, in relative error (each point weighted by
     1 / t²), so the small messages that fix the latency count as much as the large ones that fix the bandwidth;
     at least two distinct sizes."""
+    if ranks < 2:
+        raise ValueError(f"a collective over {ranks} rank(s) moves nothing: fit one of two or more ranks")
     if len(sizes_bytes) != len(seconds) or len(set(sizes_bytes)) < 2:
         raise ValueError("fitting a collective needs times at two or more sizes")
     if any(t <= 0 for t in seconds):
@@ -305,13 +307,17 @@ def time_optimizer_step(parameters, *, warmup: int = 3, repeats: int = 9) -> lis
     import torch
     import torch.distributed as dist
 
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"timing needs warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
     params = list(parameters)
     for q in params:
         q.grad = torch.randn_like(q)
     optimizer = torch.optim.AdamW(params, lr=1e-3)
+    grouped = dist.is_available() and dist.is_initialized()
     times = []
     for i in range(warmup + repeats):
-        dist.barrier()
+        if grouped:
+            dist.barrier()
         start = time.perf_counter()
         optimizer.step()
         elapsed = slowest_rank_seconds(time.perf_counter() - start)

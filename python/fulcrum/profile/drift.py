@@ -84,6 +84,9 @@ def calibration_across_runs(layer_table: dict, cluster: dict, *, whole_model_pre
     cluster file with the median optimizer step, and a record of the figures."""
     if not whole_model_seconds or not optimizer_seconds:
         raise ValueError("a calibration across runs needs whole-model and optimizer samples")
+    if not whole_model_predicted_seconds > 0:
+        raise ValueError(f"the profile's prediction of the whole model must be positive, got "
+                         f"{whole_model_predicted_seconds}")
     measured = statistics.median(whole_model_seconds)
     factor = measured / whole_model_predicted_seconds
     optimizer = statistics.median(optimizer_seconds)
@@ -97,6 +100,8 @@ def measurement_order(modes: Sequence[str], repeats: int) -> list[list[str]]:
     """The modes each of ``repeats`` rounds of a measurement runs, in order: every mode once a round, odd rounds
     in reverse, so that neither a slow spell of the host nor a place in the round (first after the checks
     between rounds, last before them) falls on one mode alone."""
+    if repeats < 0:
+        raise ValueError(f"a measurement's rounds cannot be negative, got {repeats}")
     return [list(modes) if r % 2 == 0 else list(modes)[::-1] for r in range(repeats)]
 
 
@@ -105,8 +110,8 @@ def alternating_blocks(modes: Sequence[str], steps: int, block: int) -> list[tup
     process runs them: the modes in turn for each block, their order reversed every other block (a b b a a b ...),
     so that a drift of the host's speed within the measurement falls on every mode alike (exactly so for a linear
     drift over an even number of blocks), and no mode always runs right after another."""
-    if block < 1:
-        raise ValueError(f"blocks of {block} steps: a block must be at least 1 step")
+    if block < 1 or steps < 0:
+        raise ValueError(f"{steps} steps in blocks of {block}: a block must be at least 1 step, the steps at least 0")
     if len(set(modes)) != len(modes):
         raise ValueError(f"modes {list(modes)}: each may run only once a block")
     order = []

@@ -95,6 +95,8 @@ def time_layer(layer: torch.nn.Module, make_inputs: Callable[[], tuple], *, warm
     """Median seconds of each pass of ``layer`` on the inputs ``make_inputs()`` returns (``(state, batch)``):
     the forward; the whole backward and the input-gradient half, each after an untimed forward; the weight-
     gradient half after an untimed forward and input half; a recomputation is a forward again."""
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"timing needs warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
     state, batch = make_inputs()
     state = _requires_grad(state)
     inputs = [t for t in state if t.is_floating_point()]
