@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/cost_inputs.h"
 #include "cli/output_file.h"
+#include "cli/warnings.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/progress.h"
 #include "fulcrum/cost/analytic_cost.h"
@@ -222,7 +223,7 @@ void run_batch(BatchOptions& o) {
       model_cost = std::make_unique<ModelSampleCost>(model, ProfiledCost(analytic, *profile), dtype);
     }
   }
-  LoadedData loaded = load_dataset(o.data, {o.root, o.strict, &std::cerr});
+  LoadedData loaded = load_dataset(o.data, {o.root, o.strict, &warnings()});
   const Dataset& data = loaded.dataset;
   const double load_seconds = seconds_since(start);
   check_params(o.params, data);
@@ -231,7 +232,7 @@ void run_batch(BatchOptions& o) {
                                  vision_unit_name(data.vision_unit()), o.model,
                                  vision_unit_name(model_cost->vision_unit())));
   }
-  if (profile) std::cerr << profile_unused_warning(o.profile, *profile, profile_applied, dtype);
+  if (profile) warnings() << profile_unused_warning(o.profile, *profile, profile_applied, dtype);
   const FlopsSampleCost flops_cost(data.vision_unit(), coefficients);
   const SampleCost& cost = model_cost ? static_cast<const SampleCost&>(*model_cost) : flops_cost;
 

@@ -19,9 +19,19 @@ ClusterSpec load_cluster(const std::string& preset_or_file) {
 ProfileTable load_profile(const std::string& path) { return parse_profile_table(read_text_file(path), path); }
 
 void set_image_tokens(ModelSpec& model, int64_t tokens) {
-  if (tokens <= 0) return;
+  if (tokens < 0) throw InputError(fmt::format("--image-tokens must not be negative, got {}", tokens));
+  if (tokens == 0) return;
   for (ComponentSpec& c : model.components) {
     if (c.role == ComponentRole::kEncoder && c.tokens_per_item > 0) c.tokens_per_item = tokens;
+  }
+}
+
+void check_global_batch(int64_t gbs, int64_t devices) {
+  constexpr int64_t kMostSamplesPerDevice = 65536;
+  if (gbs < 1) throw InputError(fmt::format("--gbs must be at least 1, got {}", gbs));
+  if (gbs / std::max<int64_t>(1, devices) > kMostSamplesPerDevice) {
+    throw InputError(fmt::format("--gbs {} is more than {} samples for each of the {} devices", gbs,
+                                 kMostSamplesPerDevice, devices));
   }
 }
 

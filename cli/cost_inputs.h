@@ -25,8 +25,12 @@ ClusterSpec load_cluster(const std::string& preset_or_file);
 ProfileTable load_profile(const std::string& path);
 
 // --image-tokens: encoders whose items are fixed sequences take `tokens` patch tokens per item instead; 0 leaves
-// the model as it is.
+// the model as it is; a negative count is an InputError.
 void set_image_tokens(ModelSpec& model, int64_t tokens);
+
+// --gbs, at least 1 and at most 65,536 samples a device: far past any training run, and short of a count whose
+// iterations no plan could be simulated for in reasonable time.
+void check_global_batch(int64_t gbs, int64_t devices);
 
 // The dtype named by --dtype, which the cluster's devices must run (fp8 needs fp8 tensor cores).
 Dtype training_dtype(const std::string& name, const ClusterSpec& cluster);

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "cli/commands.h"
+#include "cli/warnings.h"
 #include "fulcrum/core/error.h"
 
 int main(int argc, char** argv) {
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("plan")) run_plan();
     if (app.got_subcommand("multitask")) run_multitask();
     if (app.got_subcommand("report")) run_report();
+    fulcrum::flush_warnings();
   } catch (const fulcrum::InputError& e) {
     std::cerr << fmt::format("fulcrum: error: {}\n", e.what());
     return 2;

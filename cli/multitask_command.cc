@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/cost_inputs.h"
 #include "cli/output_file.h"
+#include "cli/warnings.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/profiled_cost.h"
@@ -118,12 +119,12 @@ void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const Cl
   } catch (const InputError& e) {  // a schedule for another task graph: name the file
     throw InputError(fmt::format("{}: {}", file, e.what()));
   }
-  if (profile) {
-    const int applied = profile_entries_applied(*profile, graph.model, schedule.layout, {}, dtype);
-    std::cerr << profile_unused_warning(o.profile, *profile, applied, dtype);
-  }
   if (!o.trace.empty()) {
     write_file_atomically(o.trace, chrome_trace(simulated, fmt::format("{} on {}: {}", graph.name, o.cluster, file)));
+  }
+  if (profile) {  // after the output, so a run that fails says one thing: why
+    const int applied = profile_entries_applied(*profile, graph.model, schedule.layout, {}, dtype);
+    warnings() << profile_unused_warning(o.profile, *profile, applied, dtype);
   }
   if (o.json) {
     const Json out{{"tasks", graph.name},
@@ -274,7 +275,7 @@ void run(const MultitaskOptions& o) {
   const double speedup = iteration > 0 ? sequential.simulated.iteration_seconds / iteration : 0;
   if (profile) {
     const int applied = profile_entries_applied(*profile, graph.model, schedule.layout, {}, dtype);
-    std::cerr << profile_unused_warning(o.profile, *profile, applied, dtype);
+    warnings() << profile_unused_warning(o.profile, *profile, applied, dtype);
   }
   const Timed& written = o.schedule_of == "sequential" ? sequential
                          : o.schedule_of == "per-task" ? per_task
@@ -316,11 +317,13 @@ void run(const MultitaskOptions& o) {
                   row("task-greedy", "each task on devices of its own, grown by marginal gain", task_greedy)};
     report = render_multitask_report(r);
   }
-  if (!o.save_schedule.empty()) write_file_atomically(o.save_schedule, schedule_to_json(written.schedule));
-  if (!report.empty()) write_file_atomically(o.report, report);
+  OutputFiles outputs;
+  if (!o.save_schedule.empty()) outputs.add(o.save_schedule, schedule_to_json(written.schedule));
+  if (!report.empty()) outputs.add(o.report, std::move(report));
   if (!o.trace.empty()) {
-    write_file_atomically(o.trace, chrome_trace(written.simulated, fmt::format("{} on {}", graph.name, o.cluster)));
+    outputs.add(o.trace, chrome_trace(written.simulated, fmt::format("{} on {}", graph.name, o.cluster)));
   }
+  outputs.write();
   if (o.json) {
     Json waves = Json::array();
     for (const PlannedWave& w : chosen.waves) {

@@ -14,11 +14,14 @@
 
 namespace fulcrum {
 
-void write_file_atomically(const std::string& path, std::string_view content) {
+namespace {
+
+// A temporary file beside `path` holding `content`; its name, or InputError naming `path`.
+std::string stage(const std::string& path, std::string_view content) {
   namespace fs = std::filesystem;
   const fs::path target(path);
-  std::string pattern = (target.parent_path() / fs::path("." + target.filename().string() + ".XXXXXX")).string();
-  if (target.parent_path().empty()) pattern = "." + target.filename().string() + ".XXXXXX";
+  const std::string hidden = fmt::format(".{}.XXXXXX", target.filename().string());
+  const std::string pattern = target.parent_path().empty() ? hidden : (target.parent_path() / hidden).string();
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
   const int fd = mkstemp(name.data());
@@ -35,11 +38,42 @@ void write_file_atomically(const std::string& path, std::string_view content) {
     }
     written += static_cast<size_t>(n);
   }
-  if (::fchmod(fd, 0644) != 0 || ::close(fd) != 0 || std::rename(name.data(), path.c_str()) != 0) {
+  if (::fchmod(fd, 0644) != 0 || ::close(fd) != 0) {
     const int error = errno;
     ::unlink(name.data());
     throw InputError(fmt::format("{}: cannot write ({})", path, std::strerror(error)));
   }
+  return name.data();
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view content) {
+  OutputFiles one;
+  one.add(path, std::string(content));
+  one.write();
+}
+
+void OutputFiles::add(std::string path, std::string content) {
+  files_.emplace_back(std::move(path), std::move(content));
+}
+
+void OutputFiles::write() {
+  std::vector<std::string> staged;
+  try {
+    for (const auto& [path, content] : files_) staged.push_back(stage(path, content));
+  } catch (...) {
+    for (const std::string& name : staged) ::unlink(name.c_str());
+    throw;
+  }
+  for (size_t i = 0; i < files_.size(); ++i) {
+    if (std::rename(staged[i].c_str(), files_[i].first.c_str()) != 0) {
+      const int error = errno;
+      for (size_t j = i; j < staged.size(); ++j) ::unlink(staged[j].c_str());
+      throw InputError(fmt::format("{}: cannot write ({})", files_[i].first, std::strerror(error)));
+    }
+  }
+  files_.clear();
 }
 
 }  // namespace fulcrum

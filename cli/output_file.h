@@ -3,12 +3,26 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace fulcrum {
 
 // Writes `content` to a temporary file beside `path` and renames it into place, so a failed run never leaves a
 // partial output file. Throws InputError naming `path` when it cannot be written.
 void write_file_atomically(const std::string& path, std::string_view content);
+
+// Several outputs of one run, written all or none: each is staged in a temporary file beside its path, and only
+// when every one is staged are they renamed into place. write() throws InputError naming the first path that
+// cannot be written, leaving none of the set written.
+class OutputFiles {
+ public:
+  void add(std::string path, std::string content);
+  void write();
+
+ private:
+  std::vector<std::pair<std::string, std::string>> files_;
+};
 
 }  // namespace fulcrum
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "cli/cost_inputs.h"
 #include "cli/output_file.h"
 #include "cli/plan_report_builder.h"
+#include "cli/warnings.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/cluster_spec.h"
@@ -66,7 +68,9 @@ ParallelConfig parse_config(const std::string& text, const std::string& option) 
     try {
       size_t used = 0;
       v.push_back(std::stoll(part, &used));
-      if (used != part.size() || v.back() < 1) throw std::invalid_argument(part);
+      if (used != part.size() || v.back() < 1 || v.back() > std::numeric_limits<int32_t>::max()) {
+        throw std::invalid_argument(part);
+      }
     } catch (const std::exception&) {
       throw InputError(fmt::format("{} '{}': expected DP,TP,PP,VPP,MBS as positive integers", option, text));
     }
@@ -170,6 +174,11 @@ void run_plan(const PlanOptions& o) {
   request.cluster = load_cluster(o.cluster);
   request.dtype = training_dtype(o.dtype, request.cluster);
   if (!o.profile.empty()) request.profile = load_profile(o.profile);
+  check_global_batch(o.gbs, request.cluster.devices);
+  if (o.seq < 1) throw InputError(fmt::format("--seq must be at least 1, got {}", o.seq));
+  if (o.images_per_sample < 0) {
+    throw InputError(fmt::format("--images-per-sample must not be negative, got {}", o.images_per_sample));
+  }
   request.gbs = o.gbs;
   request.seq = o.seq;
   request.images_per_sample = o.images_per_sample;
@@ -207,7 +216,7 @@ void run_plan(const PlanOptions& o) {
   }
   std::optional<LoadedData> loaded;
   if (!o.data.empty()) {
-    loaded = load_dataset(o.data, {o.root, false, &std::cerr});
+    loaded = load_dataset(o.data, {o.root, false, &warnings()});
     request.data = &loaded->dataset;
   }
   const TrainingPlan plan = make_plan(strategy, request);
@@ -252,7 +261,7 @@ void run_plan(const PlanOptions& o) {
       request.profile ? profile_entries_applied(*request.profile, request.model, plan.schedule.layout,
                                                 plan.schedule.recompute, request.dtype)
                       : 0;
-  if (request.profile) std::cerr << profile_unused_warning(o.profile, *request.profile, profile_applied, request.dtype);
+  if (request.profile) warnings() << profile_unused_warning(o.profile, *request.profile, profile_applied, request.dtype);
   const double fraction_of_bound = plan.iteration_seconds > 0 ? bound_seconds / plan.iteration_seconds : 0;
 
   if (!o.out.empty() || !o.report.empty()) {
@@ -303,8 +312,10 @@ void run_plan(const PlanOptions& o) {
       }
       report = plan_report_html(text, o.out.empty() ? "the plan" : o.out, sources);
     }
-    if (!o.out.empty()) write_file_atomically(o.out, text);
-    if (!o.report.empty()) write_file_atomically(o.report, report);
+    OutputFiles outputs;
+    if (!o.out.empty()) outputs.add(o.out, text);
+    if (!o.report.empty()) outputs.add(o.report, std::move(report));
+    outputs.write();
   }
   if (o.json) {
     Json base = Json::object(), speedup = Json::object();

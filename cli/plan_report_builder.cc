@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli/cost_inputs.h"
+#include "cli/warnings.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/json_document.h"
 #include "fulcrum/core/json_reader.h"
@@ -250,7 +251,7 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
     r.loads_note = "The plan was made without data: every step's samples are alike. Give --data (a length file or "
                    "meta index) to see each rank's load before and after balancing.";
   } else {
-    const LoadedData loaded = load_dataset(data, {root, false, &std::cerr});
+    const LoadedData loaded = load_dataset(data, {root, false, &warnings()});
     const ModelSampleCost sample_cost(model, cost, dtype);
     if (model.has_encoder() && sample_cost.vision_unit() != loaded.dataset.vision_unit()) {
       throw InputError(fmt::format("{} counts vision in {}, but model '{}' takes {}", data,

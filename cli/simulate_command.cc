@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/cost_inputs.h"
 #include "cli/output_file.h"
+#include "cli/warnings.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/json_document.h"
 #include "fulcrum/core/progress.h"
@@ -101,7 +102,7 @@ Json breakdown_json(const TimeBreakdown& t) {
 // Each step's micro-batch loads per data-parallel replica, from a batcher's plan of the dataset.
 std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const ModelSpec& model,
                                             const CostModel& cost_model, Dtype dtype, int dp, int micro_batches) {
-  LoadedData loaded = load_dataset(o.data, {o.root, false, &std::cerr});
+  LoadedData loaded = load_dataset(o.data, {o.root, false, &warnings()});
   const Dataset& data = loaded.dataset;
   BatchParams params;
   params.dp = dp;
@@ -115,9 +116,9 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
                                  vision_unit_name(data.vision_unit()), o.model, vision_unit_name(cost.vision_unit())));
   }
   const BatchPlan plan = make_batcher(o.batcher)->plan(data, params, cost);
-  if (o.step < 0 || o.step + o.steps > plan.steps()) {
-    throw InputError(fmt::format("{}: steps {}..{} asked for, but the epoch has {} steps of {} samples", o.data,
-                                 o.step, o.step + o.steps - 1, plan.steps(), o.gbs));
+  if (o.step < 0 || o.steps > plan.steps() || o.step > plan.steps() - o.steps) {  // no sum that could overflow
+    throw InputError(fmt::format("{}: --step {} and --steps {} ask for steps past the epoch's {} steps of {} samples",
+                                 o.data, o.step, o.steps, plan.steps(), o.gbs));
   }
   std::vector<MicroBatchLoads> out;
   for (int64_t s = o.step; s < o.step + o.steps; ++s) {
@@ -151,16 +152,24 @@ void run_simulate(const SimulateOptions& o) {
   std::optional<ProfileTable> profile;
   if (!o.profile.empty()) profile = load_profile(o.profile);
   if (o.tp < 1 || o.pp < 1 || o.vpp < 1 || o.dp < 0) {
-    throw InputError(fmt::format("--tp, --pp and --vpp must be at least 1 (tp {}, pp {}, vpp {})", o.tp, o.pp, o.vpp));
+    throw InputError(fmt::format("--tp, --pp and --vpp must be at least 1 and --dp not negative (tp {}, pp {}, vpp "
+                                 "{}, dp {})", o.tp, o.pp, o.vpp, o.dp));
   }
   if (!o.load_schedule.empty() && !o.save_schedule.empty()) {
     throw InputError("--load-schedule and --save-schedule: give one");
   }
   set_image_tokens(model, o.image_tokens);
+  if (o.images_per_sample < -1) {
+    throw InputError(fmt::format("--images-per-sample must not be negative, got {}", o.images_per_sample));
+  }
+  if (o.images_per_sample > 0 && !model.has_encoder()) {
+    throw InputError(fmt::format("--images-per-sample {}: model '{}' has no encoder", o.images_per_sample, o.model));
+  }
   const int64_t images = o.images_per_sample >= 0 ? o.images_per_sample : (model.has_encoder() ? 1 : 0);
   if (o.steps < 1) throw InputError(fmt::format("--steps must be at least 1, got {}", o.steps));
   if (o.seq < 1) throw InputError(fmt::format("--seq must be at least 1, got {}", o.seq));
-  if (o.gbs < 1 || o.mbs < 1) throw InputError(fmt::format("--gbs and --mbs must be at least 1 (gbs {}, mbs {})", o.gbs, o.mbs));
+  check_global_batch(o.gbs, cluster.devices);
+  if (o.mbs < 1) throw InputError(fmt::format("--mbs must be at least 1, got {}", o.mbs));
 
   // The plan: generated from the options, or a schedule file written by a planner (or --save-schedule).
   Schedule schedule;
@@ -240,11 +249,12 @@ void run_simulate(const SimulateOptions& o) {
   double mean_seconds = 0;
   for (const SimResult& x : results) mean_seconds += x.iteration_seconds / static_cast<double>(results.size());
 
-  if (profile) std::cerr << profile_unused_warning(o.profile, *profile, profile_applied, dtype);
-  if (!o.save_schedule.empty()) write_file_atomically(o.save_schedule, schedule_to_json(schedule));
-  if (!o.trace.empty()) {
-    write_file_atomically(o.trace, chrome_trace(r, fmt::format("{} on {}", model.name, o.cluster)));
-  }
+  OutputFiles outputs;
+  if (!o.save_schedule.empty()) outputs.add(o.save_schedule, schedule_to_json(schedule));
+  if (!o.trace.empty()) outputs.add(o.trace, chrome_trace(r, fmt::format("{} on {}", model.name, o.cluster)));
+  outputs.write();
+  // After the outputs, so a run that fails says one thing: why.
+  if (profile) warnings() << profile_unused_warning(o.profile, *profile, profile_applied, dtype);
   int64_t layers = 0;
   for (const ComponentSpec& c : model.components) layers += static_cast<int64_t>(c.layers.size());
   if (o.json) {

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/warnings.h"
 #include "fulcrum/data/dataset_stats.h"
 #include "fulcrum/data/meta_index.h"
 
@@ -30,7 +31,7 @@ void print_distribution(const char* name, const Distribution& d) {
 }
 
 void run_stats(const StatsOptions& o) {
-  LoadedData loaded = load_dataset(o.data, {o.root, o.strict, &std::cerr});
+  LoadedData loaded = load_dataset(o.data, {o.root, o.strict, &warnings()});
   const DatasetStats stats = compute_stats(loaded.dataset);
   if (o.json) {
     nlohmann::ordered_json out = stats_to_json(stats);

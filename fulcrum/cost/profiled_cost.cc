@@ -64,14 +64,15 @@ int64_t size_or_zero(const json& e, const char* key, const std::string& where) {
   return e[key].get<int64_t>();
 }
 
-std::vector<double> positive_numbers(const json& e, const char* key, const std::string& where) {
+// Positive numbers up to `most` (past it, a pass's time or size has no meaning and sums of them overflow).
+std::vector<double> positive_numbers(const json& e, const char* key, const std::string& where, double most) {
   if (!e.contains(key) || !e[key].is_array() || e[key].empty()) {
     throw InputError(fmt::format("{}: {} must be a non-empty array of numbers", where, key));
   }
   std::vector<double> out;
   for (const json& v : e[key]) {
-    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
-      throw InputError(fmt::format("{}: {} must hold positive numbers", where, key));
+    if (!v.is_number() || !(v.get<double>() > 0) || !(v.get<double>() <= most)) {
+      throw InputError(fmt::format("{}: {} must hold positive numbers up to {:g}", where, key, most));
     }
     out.push_back(v.get<double>());
   }
@@ -173,8 +174,8 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
         require({{"hidden", entry.hidden}});
         break;
     }
-    entry.tokens = positive_numbers(e, "tokens", where);
-    entry.seconds = positive_numbers(e, "seconds", where);
+    entry.tokens = positive_numbers(e, "tokens", where, 1e12);
+    entry.seconds = positive_numbers(e, "seconds", where, 1e6);
     if (entry.tokens.size() != entry.seconds.size()) {
       throw InputError(fmt::format("{}: tokens and seconds must have the same length", where));
     }

@@ -15,6 +15,10 @@
 namespace fulcrum {
 namespace {
 
+// repeat_time's ceiling, and the most samples a concatenation may hold (sample ids are 32-bit).
+constexpr double kMostRepeats = 1e6;
+constexpr double kMostSamples = 4294967295.0;
+
 namespace fs = std::filesystem;
 
 simdjson::padded_string read_padded(const std::string& path) {
@@ -37,11 +41,16 @@ std::optional<std::string> resolve(const std::string& written, const fs::path& i
   return std::nullopt;
 }
 
-void append_source(LoadedData& loaded, const MetaEntry& entry, const std::string& path) {
+void append_source(LoadedData& loaded, const MetaEntry& entry, const std::string& path, const std::string& index) {
   Dataset& data = loaded.dataset;
   const size_t first = data.size();
   const uint32_t records = read_length_file(path, data);
   const double r = entry.repeat_time;
+  // Sample ids are 32-bit: the concatenation must stay below 2^32 samples, checked before any repeat is made.
+  if (static_cast<double>(first) + std::floor(static_cast<double>(records) * r) > kMostSamples) {
+    throw InputError(fmt::format("{}: entry '{}': {} records × repeat_time {} take the index past {} samples", index,
+                                 entry.name, records, r, kMostSamples));
+  }
   const double whole = std::floor(r);
   if (r < 1.0) {
     data.truncate(first + static_cast<size_t>(std::floor(records * r)));
@@ -71,9 +80,8 @@ std::vector<MetaEntry> parse_meta_index(std::string_view text, const std::string
     if (!lengths->is_string()) fail("token_lengths must be a string");
     MetaEntry entry{name, lengths->get<std::string>(), 1.0};
     if (auto r = value.find("repeat_time"); r != value.end()) {
-      if (!r->is_number() || !(r->get<double>() > 0.0) || !std::isfinite(r->get<double>()) ||
-          r->get<double>() > 1e6) {
-        fail("repeat_time must be a positive number");
+      if (!r->is_number() || !(r->get<double>() > 0.0) || !(r->get<double>() <= kMostRepeats)) {
+        fail(fmt::format("repeat_time must be a number above 0 and at most {}", kMostRepeats));
       }
       entry.repeat_time = r->get<double>();
     }
@@ -105,11 +113,16 @@ LoadedData load_dataset(const std::string& path, const LoadOptions& options) {
       loaded.missing.push_back(entry);
       continue;
     }
-    append_source(loaded, entry, *file);
+    append_source(loaded, entry, *file, path);
   }
   if (loaded.dataset.empty()) {
-    throw InputError(entries.empty() ? fmt::format("{}: the index has no entries", path)
-                                     : fmt::format("{}: none of its {} entries could be loaded", path, entries.size()));
+    if (entries.empty()) throw InputError(fmt::format("{}: the index has no entries", path));
+    if (loaded.missing.empty()) {  // repeat_time below 1 kept none of their records
+      throw InputError(fmt::format("{}: its {} entries keep no samples", path, entries.size()));
+    }
+    const MetaEntry& first = loaded.missing.front();
+    throw InputError(fmt::format("{}: none of its {} entries could be loaded (entry '{}': {} not found)", path,
+                                 entries.size(), first.name, first.token_lengths));
   }
   // Reported only once loading succeeded, so a failed load says one thing: why it failed.
   for (const MetaEntry& entry : loaded.missing) {

@@ -99,7 +99,9 @@ TEST_F(MetaIndexTest, MalformedIndexEntries) {
       {R"([1, 2])", "record 0: expected a JSON object"},  // an array is read as a length file
       {R"({"a": 3})", "entry 'a': must be an object"},
       {R"({"a": {"annotation": "x.jsonl"}})", "entry 'a': has no token_lengths"},
-      {R"({"a": {"token_lengths": "lengths/a.json", "repeat_time": -1}})", "repeat_time must be a positive number"},
+      {R"({"a": {"token_lengths": "lengths/a.json", "repeat_time": -1}})",
+       "repeat_time must be a number above 0 and at most 1000000"},
+      {R"({"a": {"token_lengths": "lengths/a.json", "repeat_time": 1e308}})", "at most 1000000"},
       {R"({"a": {"token_lengths": 5}})", "token_lengths must be a string"},
       {R"({"a": )", "malformed JSON"},
   };
@@ -112,6 +114,21 @@ TEST_F(MetaIndexTest, MalformedIndexEntries) {
       EXPECT_THAT(e.what(), HasSubstr(message)) << text;
       EXPECT_THAT(e.what(), HasSubstr("meta.json")) << text;
     }
+  }
+}
+
+TEST_F(MetaIndexTest, RepeatsPastTheIdRangeAreRefusedBeforeTheyAreMade) {
+  std::string records = "[";
+  for (int i = 0; i < 5000; ++i) records += std::string(i ? "," : "") + R"({"vit_num": 1, "token_num": 300})";
+  write("root/lengths/big.json", records + "]");
+  // 5,000 records × 1e6 is 5e9 samples: past the 32-bit ids, refused without making a single repeat.
+  write("idx/meta.json", R"({"big": {"token_lengths": "lengths/big.json", "repeat_time": 1e6}})");
+  try {
+    load_dataset((dir_ / "idx/meta.json").string(), options());
+    ADD_FAILURE() << "5e9 samples accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("meta.json: entry 'big': 5000 records × repeat_time 1000000 take the index past "
+                                    "4294967295 samples"));
   }
 }
 

@@ -76,8 +76,8 @@ ClusterSpec cluster_preset(std::string_view spec) {
   const std::string_view count = spec.substr(colon + 1);
   int64_t devices = 0;
   const auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), devices);
-  if (ec != std::errc() || end != count.data() + count.size() || devices < 1) {
-    throw InputError(fmt::format("cluster '{}': the device count must be a positive integer", spec));
+  if (ec != std::errc() || end != count.data() + count.size() || devices < 1 || devices > kMostDevices) {
+    throw InputError(fmt::format("cluster '{}': the device count must be an integer from 1 to {}", spec, kMostDevices));
   }
   cluster.devices = devices;
   return cluster;
@@ -87,18 +87,12 @@ namespace {
 
 using json = nlohmann::json;
 
-double positive(const json& object, const char* key, const std::string& where) {
+// A rate, size or time in the range a device can have: outside it the simulator's figures lose their meaning
+// (a device of 1e-308 FLOP/s makes every iteration infinite).
+double in_range(const json& object, const std::string& key, const std::string& where, double low, double high) {
   const json& v = object.at(key);
-  if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
-    throw InputError(fmt::format("{}: {} must be a positive number", where, key));
-  }
-  return v.get<double>();
-}
-
-double non_negative(const json& object, const std::string& key, const std::string& where) {
-  const json& v = object.at(key);
-  if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) {
-    throw InputError(fmt::format("{}: {} must be a number >= 0", where, key));
+  if (!v.is_number() || !(v.get<double>() >= low && v.get<double>() <= high)) {
+    throw InputError(fmt::format("{}: {} must be a number from {:g} to {:g}", where, key, low, high));
   }
   return v.get<double>();
 }
@@ -110,17 +104,17 @@ void read_device(const json& d, DeviceSpec& device, const std::string& where) {
       if (!value.is_string()) throw InputError(fmt::format("{}: kind must be a string", where));
       device.kind = value.get<std::string>();
     } else if (key == "bf16_flops_per_second") {
-      device.bf16_flops_per_second = positive(d, "bf16_flops_per_second", where);
+      device.bf16_flops_per_second = in_range(d, key, where, 1e6, 1e18);
     } else if (key == "fp8_flops_per_second") {
-      device.fp8_flops_per_second = positive(d, "fp8_flops_per_second", where);
+      device.fp8_flops_per_second = in_range(d, key, where, 1e6, 1e18);
     } else if (key == "memory_bytes") {
-      device.memory_bytes = positive(d, "memory_bytes", where);
+      device.memory_bytes = in_range(d, key, where, 1e6, 1e15);
     } else if (key == "memory_bytes_per_second") {
-      device.memory_bytes_per_second = positive(d, "memory_bytes_per_second", where);
+      device.memory_bytes_per_second = in_range(d, key, where, 1e3, 1e16);
     } else if (key == "intra_node_bytes_per_second") {
-      device.intra_node_bytes_per_second = positive(d, "intra_node_bytes_per_second", where);
+      device.intra_node_bytes_per_second = in_range(d, key, where, 1e3, 1e16);
     } else if (key == "inter_node_bytes_per_second") {
-      device.inter_node_bytes_per_second = positive(d, "inter_node_bytes_per_second", where);
+      device.inter_node_bytes_per_second = in_range(d, key, where, 1e3, 1e16);
     } else if (key == "devices_per_node") {
       if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 1 << 20) {
         throw InputError(fmt::format("{}: devices_per_node must be a positive integer", where));
@@ -130,11 +124,11 @@ void read_device(const json& d, DeviceSpec& device, const std::string& where) {
       if (!value.is_boolean()) throw InputError(fmt::format("{}: {} must be true or false", where, key));
       device.communication_shares_compute = value.get<bool>();
     } else if (key == "communication_compute_slowdown") {
-      device.communication_compute_slowdown = non_negative(d, key, where);
+      device.communication_compute_slowdown = in_range(d, key, where, 0, 100);
     } else if (key == "collective_compute_seconds") {
-      device.collective_compute_seconds = non_negative(d, key, where);
+      device.collective_compute_seconds = in_range(d, key, where, 0, 10);
     } else if (key == "collective_latency_seconds") {
-      device.collective_latency_seconds = positive(d, "collective_latency_seconds", where);
+      device.collective_latency_seconds = in_range(d, key, where, 1e-9, 10);
     } else {
       throw InputError(fmt::format("{}: unknown key '{}'", where, key));
     }
@@ -167,8 +161,8 @@ ClusterSpec cluster_from_json(std::string_view text, const std::string& file) {
       } else if (key == "device") {
         read_device(value, cluster.device, file + ": device");
       } else if (key == "devices") {
-        if (!value.is_number_integer() || value.get<int64_t>() < 1) {
-          throw InputError(fmt::format("{}: devices must be a positive integer", file));
+        if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > kMostDevices) {
+          throw InputError(fmt::format("{}: devices must be an integer from 1 to {}", file, kMostDevices));
         }
         cluster.devices = value.get<int64_t>();
         has_devices = true;

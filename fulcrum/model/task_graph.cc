@@ -24,11 +24,11 @@ class Reader : public JsonReader {
  public:
   using JsonReader::JsonReader;
 
-  int64_t positive(const Json& j, const std::string& where) const {
-    constexpr int64_t kMost = int64_t{1} << 40;
+  // An integer from 1 to `most`: bounds far past any model, within which products such as tokens² stay exact.
+  int64_t positive(const Json& j, const std::string& where, int64_t most) const {
     if (!j.is_number_integer()) fail(where, "expected a positive integer");
-    if (j.is_number_unsigned() ? j.get<uint64_t>() > static_cast<uint64_t>(kMost) : j.get<int64_t>() > kMost) {
-      fail(where, "{} is too large", j.dump());
+    if (j.is_number_unsigned() ? j.get<uint64_t>() > static_cast<uint64_t>(most) : j.get<int64_t>() > most) {
+      fail(where, "{} is too large (at most {})", j.dump(), most);
     }
     const int64_t v = j.get<int64_t>();
     if (v < 1) fail(where, "{} is not positive", v);
@@ -48,7 +48,11 @@ class Reader : public JsonReader {
     g.name = text(member(doc, "name", "tasks file"), "name");
     const Json& model = member(doc, "model", "tasks file");
     if (model.is_string()) {
-      g.model = model_preset(model.get<std::string>());
+      try {
+        g.model = model_preset(model.get<std::string>());
+      } catch (const InputError& e) {
+        fail("model", "{}", e.what());
+      }
     } else if (model.is_object()) {
       g.model = model_from_json(model.dump(), file() + ": model");
     } else {
@@ -78,8 +82,10 @@ class Reader : public JsonReader {
     Task task;
     task.name = text(member(j, "name", where), where + ".name");
     const std::string at = fmt::format("{} ('{}')", where, task.name.substr(0, 60));
-    task.batch = positive(member(j, "batch", at), at + ".batch");
-    if (j.contains("micro_batches")) task.micro_batches = positive(j["micro_batches"], at + ".micro_batches");
+    task.batch = positive(member(j, "batch", at), at + ".batch", int64_t{1} << 24);
+    if (j.contains("micro_batches")) {
+      task.micro_batches = positive(j["micro_batches"], at + ".micro_batches", int64_t{1} << 20);
+    }
     if (task.batch % task.micro_batches != 0) {
       fail(at, "batch {} is not divisible into {} micro-batches", task.batch, task.micro_batches);
     }
@@ -96,9 +102,9 @@ class Reader : public JsonReader {
       const ComponentSpec* c = model.find(component);
       if (!c) fail(node_at, "component '{}' is not one of model '{}'", component.substr(0, 60), model.name);
       n.component = static_cast<int>(c - model.components.data());
-      n.tokens = positive(member(nodes[k], "tokens", node_at), node_at + ".tokens");
+      n.tokens = positive(member(nodes[k], "tokens", node_at), node_at + ".tokens", int64_t{1} << 22);
       if (nodes[k].contains("items_per_sample")) {
-        n.items_per_sample = positive(nodes[k]["items_per_sample"], node_at + ".items_per_sample");
+        n.items_per_sample = positive(nodes[k]["items_per_sample"], node_at + ".items_per_sample", int64_t{1} << 16);
       }
       task.nodes.push_back(std::move(n));
     }

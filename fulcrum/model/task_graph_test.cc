@@ -62,7 +62,11 @@ TEST(TaskGraph, BadGraphsAreRefusedByName) {
             R"({"name": "caption", "component": "vision", "tokens": 77})"),
        "component 'text' is run by no task"},
       {with(R"("kind": "tasks")", R"("kind": "model")"), "expected \"tasks\""},
+      // Sizes whose products (tokens², a task's FLOPs) once overflowed into an MFU of 3,732%.
+      {with(R"("tokens": 77)", R"("tokens": 99999999999)"), "tokens: 99999999999 is too large (at most 4194304)"},
+      {with(R"("batch": 32)", R"("batch": 1099511627776)"), "batch: 1099511627776 is too large"},
       {"[1, 2", "two.json"},
+      {R"({"fulcrum": 1, "kind": "tasks", "name": "x", "model": "nope", "tasks": []})", "unknown model 'nope'"},
   };
   for (const auto& [text, message] : cases) {
     try {

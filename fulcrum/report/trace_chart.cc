@@ -14,6 +14,9 @@
 namespace fulcrum {
 namespace {
 
+// A trace spans at most this much (about 115 days): events past it are corrupt, not a run.
+constexpr double kLongestTraceSeconds = 1e7;
+
 constexpr const char* kPalette[] = {"#fdae6b", "#e6550d", "#6baed6", "#3182bd", "#74c476", "#31a354", "#9e9ac8",
                                     "#756bb1", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f"};
 
@@ -104,7 +107,7 @@ TimelineChart trace_chart(std::string_view text, const std::string& file) {
     auto [it, added] = kinds.emplace(r.kind, static_cast<int>(chart.kinds.size()));
     if (added) chart.kinds.push_back({r.kind, kPalette[chart.kinds.size() % std::size(kPalette)]});
     const double start = (r.start_us - origin_us) * 1e-6, end = start + r.duration_us * 1e-6;
-    if (!std::isfinite(end)) {
+    if (!(end <= kLongestTraceSeconds)) {  // NaN and infinity too
       throw InputError(fmt::format("{}: event \"{}\" ends out of range", file, r.label.substr(0, 60)));
     }
     chart.rows[rows[r.row]].work.push_back({start, end, it->second, std::move(r.label), 1});

@@ -367,7 +367,10 @@ class Simulator {
         h.tp = std::gcd(h.tp, static_cast<int>(sl.tp));
       }
     }
-    for (auto& [key, h] : held) {
+    for (auto& entry : held) {
+      // Named, not structured, bindings: the lambda below captures them (clang before 16 cannot capture those).
+      const std::pair<int, int>& key = entry.first;
+      Holders& h = entry.second;
       const auto [component, layer] = key;
       if (model_.components[component].layers[layer].parameters() == 0) continue;
       std::sort(h.devices.begin(), h.devices.end());
