@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -89,6 +90,7 @@ TEST_F(Cli, BadInputTable) {
       {"bad_cost", ok, "batch --data {file} --dp 2 --cost {file} --out {out}", "expected a JSON object of coefficients"},
       {"unreadable", "", "batch --data {file} --dp 2 --out {out}", "cannot read"},
       {"unknown_option", ok, "batch --data {file} --dp 2 --frobnicate", "frobnicate"},
+      {"unknown_command", "", "bogus --data x", "unknown command 'bogus'; the commands are stats, batch, model"},
       {"drop_last_nothing_left", ok, "batch --data {file} --dp 2 --samples-per-step 4 --drop-last --out {out}",
        "--drop-last leaves no step"},
       {"unknown_preset", ok, "model --model vit-99b", "unknown model 'vit-99b'"},
@@ -274,6 +276,30 @@ TEST_F(Cli, ReportShowsEveryRankTheComparedPlansAndTheMeasuredTrace) {
   EXPECT_NE(slurp(chosen).find(fmt::format("Data-parallel replica 3 of {}", dp)), std::string::npos);
 
   const std::string bad_trace = write("bad_trace.json", R"({"traceEvents": [{"ph": "X", "ts": 0, "dur": -5}]})");
+  // Plan files edited into what no run could be: once reported as given ("16 × a100" for an 8-device schedule).
+  auto edited = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json doc = planned;
+    edit(doc);
+    return write(name, doc.dump());
+  };
+  const std::string other_cluster = edited("other_cluster.json", [](nlohmann::json& d) {
+    d["request"]["cluster"] = "a100:128";
+  });
+  const std::string negative_epoch = edited("negative_epoch.json", [](nlohmann::json& d) {
+    d["plan"]["epoch_seconds"] = -1;
+  });
+  const std::string version_two = edited("version_two.json", [](nlohmann::json& d) { d["fulcrum"] = 2; });
+  for (const auto& [file, message] : {std::pair<std::string, std::string>{other_cluster,
+                                                                          "cluster 'a100:128' has 128 devices"},
+                                      {negative_epoch, "\"epoch_seconds\" must be positive"},
+                                      {version_two, "unsupported plan file version 2"}}) {
+    const std::string out = (dir_ / "bad.html").string();
+    const Result b = run("report --plan " + file + " --out " + out);
+    EXPECT_EQ(b.status, 2) << file << ": " << b.err;
+    EXPECT_NE(b.err.find(fs::path(file).filename().string() + ": "), std::string::npos) << b.err;
+    EXPECT_NE(b.err.find(message), std::string::npos) << b.err;
+    EXPECT_FALSE(fs::exists(out));
+  }
   const std::pair<std::string, std::string> bad[] = {
       {"--compare " + trace, "not a plan file"},
       {"--trace " + bad_trace, "bad_trace.json: traceEvents[0]: negative \"dur\""},

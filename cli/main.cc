@@ -1,9 +1,13 @@
 // The `fulcrum` command line: wires the modules' implementations to each other's interfaces.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/warnings.h"
@@ -20,6 +24,15 @@ int main(int argc, char** argv) {
   auto run_plan = fulcrum::add_plan_command(app);
   auto run_multitask = fulcrum::add_multitask_command(app);
   auto run_report = fulcrum::add_report_command(app);
+  if (argc > 1 && argv[1][0] != '-') {  // CLI11 would say only that a subcommand is required
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      std::cerr << fmt::format("fulcrum: error: unknown command '{}'; the commands are {} (see --help)\n", argv[1],
+                               fmt::join(names, ", "));
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -72,6 +72,9 @@ class PlanFileReader : public JsonReader {
     if (!doc.is_object() || doc.value("kind", "") != "plan") {
       throw InputError(fmt::format("{}: not a plan file (`fulcrum plan --out` writes one)", file()));
     }
+    if (doc.contains("fulcrum") && doc["fulcrum"] != 1) {
+      throw InputError(fmt::format("{}: unsupported plan file version {}", file(), doc["fulcrum"].dump()));
+    }
     SavedPlan p;
     p.strategy = text(doc, "strategy", "plan");
     const Json& request = member(doc, "request", "plan");
@@ -94,6 +97,13 @@ class PlanFileReader : public JsonReader {
     p.iteration_seconds = real(plan, "iteration_seconds", "plan");
     p.epoch_seconds = real(plan, "epoch_seconds", "plan");
     p.steps_per_epoch = integer(plan, "steps_per_epoch", "plan");
+    if (p.micro_batches < 1 || p.steps_per_epoch < 1) {
+      fail("plan", "\"micro_batches\" and \"steps_per_epoch\" must be at least 1");
+    }
+    if (!(p.iteration_seconds > 0 && p.iteration_seconds < 1e9 && p.epoch_seconds >= p.iteration_seconds &&
+          p.epoch_seconds < 1e12)) {
+      fail("plan", "\"iteration_seconds\" and \"epoch_seconds\" must be positive, an epoch at least an iteration");
+    }
     p.recompute = text(plan, "recompute", "plan");
     p.configuration = configuration_text(integer(plan, "dp", "plan"), integer(plan, "tp", "plan"),
                                          integer(plan, "pp", "plan"), integer(plan, "vpp", "plan"),
@@ -177,6 +187,11 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
   ModelSpec model = load_model(p.model);
   set_image_tokens(model, p.image_tokens);
   const ClusterSpec cluster = load_cluster(p.cluster);
+  const ParallelLayout& layout = p.schedule.layout;
+  if (static_cast<int64_t>(layout.dp) * layout.tp * layout.pp != cluster.devices) {
+    throw InputError(fmt::format("{}: request: cluster '{}' has {} devices, but the plan's schedule runs on DP {} × TP "
+                                 "{} × PP {}", plan_file, p.cluster, cluster.devices, layout.dp, layout.tp, layout.pp));
+  }
   const Dtype dtype = training_dtype(p.dtype, cluster);
   const AnalyticCost analytic(cluster);
   std::optional<ProfiledCost> profiled;

@@ -37,8 +37,12 @@ std::vector<StageLayers> partition_layers(const ModelSpec& model, int stages, En
   const int64_t layers = static_cast<int64_t>(spread.size());
   const int64_t blocks = std::count(spread.begin(), spread.end(), true);
   if (blocks < stages) {
-    throw InputError(fmt::format("model '{}' has {} transformer blocks to spread over {} pipeline stages: use "
-                                 "fewer stages (pp × vpp)", model.name, blocks, stages));
+    throw InputError(fmt::format("model '{}' has {} transformer blocks to spread over {} pipeline stages{}: use "
+                                 "fewer stages (pp × vpp)", model.name, blocks, stages,
+                                 placement == EncoderPlacement::kFirstStage && model.has_encoder()
+                                     ? " (the encoders' blocks stay in the first stage; --encoder-placement spread "
+                                       "spreads them too)"
+                                     : ""));
   }
   // Blocks per stage: the first (stages − extra) take `base`, the rest one more.
   const int64_t base = blocks / stages;

@@ -337,6 +337,7 @@ class Validator {
     const ParallelLayout& l = s_.layout;
     const int stages = l.stages();
     std::vector<int64_t> backward_weights(stages, 0);
+    std::vector<int> gradient_reductions(stages, 0);
     std::vector<int32_t> waves_of_rank0;
     for (int r = 0; r < l.pp; ++r) {
       std::vector<int32_t> waves;
@@ -452,6 +453,7 @@ class Validator {
             if (in.tensor == CollectiveTensor::kGradients && backward_weights[s] != s_.micro_batches) {
               fail("{}: reduces gradients before the stage's last backward", describe(r, i));
             }
+            if (in.tensor == CollectiveTensor::kGradients) ++gradient_reductions[s];
             break;
           case OpKind::kEncoderKernels:
             fail("{}: encoder kernels name no encoder pipeline", describe(r, i));
@@ -482,6 +484,13 @@ class Validator {
       } else if (waves != waves_of_rank0) {
         fail("rank {} crosses wave boundaries {} but rank 0 crosses {}", r, fmt::join(waves, ","),
              fmt::join(waves_of_rank0, ","));
+      }
+    }
+    // Data-parallel replicas stay equal only if each stage's gradients are reduced over them once a step.
+    for (int s = 0; l.dp > 1 && s < stages; ++s) {
+      if (gradient_reductions[s] != 1) {
+        fail("rank {}: stage {} reduces its gradients over its {} data-parallel replicas {} times a step, not once",
+             l.rank_of_stage(s), s, l.dp, gradient_reductions[s]);
       }
     }
     // Every micro-batch through every stage, sends matched by receives.

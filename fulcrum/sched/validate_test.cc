@@ -1,5 +1,6 @@
 #include "fulcrum/sched/validate.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -151,6 +152,27 @@ TEST(Validate, RejectsGradientReductionBeforeTheLastBackward) {
   ASSERT_EQ(p.back().op, OpKind::kCollective);
   std::rotate(p.begin(), p.end() - 1, p.end());
   EXPECT_THAT(error_of(s), HasSubstr("reduces gradients before the stage's last backward"));
+}
+
+// A schedule file with a stage's gradient reduction removed ran, and its data-parallel replicas would have drifted
+// apart; one that reduces twice would double-count.
+TEST(Validate, RejectsAStageWhoseGradientsAreNotReducedOnceOverItsReplicas) {
+  for (const bool twice : {false, true}) {
+    Schedule s = schedule(PipelineKind::kOneFOneB, 2, 1, 4, 4);
+    auto& p = s.programs[1].instructions;
+    const auto last = std::find_if(p.rbegin(), p.rend(), [](const Instruction& in) {
+      return in.op == OpKind::kCollective && in.tensor == CollectiveTensor::kGradients;
+    });
+    ASSERT_NE(last, p.rend());
+    if (twice) {
+      p.push_back(*last);
+    } else {
+      p.erase(std::next(last).base());
+    }
+    EXPECT_THAT(error_of(s), HasSubstr(fmt::format("rank 1: stage 1 reduces its gradients over its 4 data-parallel "
+                                                   "replicas {} times a step, not once", twice ? 2 : 0)));
+  }
+  EXPECT_EQ(error_of(schedule(PipelineKind::kOneFOneB, 2, 1, 4, 1)), "");  // one replica: nothing to reduce
 }
 
 TEST(Validate, WaveBoundariesMustMatchAcrossRanks) {

@@ -410,7 +410,7 @@ class BalancedBatchSampler:
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"unsupported sampler state version {state.get('version')!r}")
         if state["samples"] != len(self.dataset) or state["fingerprint"] != self.fingerprint():
-            raise ValueError("the sampler state was saved over different lengths data")
+            raise ValueError("the sampler state was saved over different lengths data (or other loss_tokens)")
         if state["seed"] != self.seed:
             raise ValueError(f"the sampler state was saved with seed {state['seed']}, this sampler has {self.seed}")
         history = []
@@ -447,5 +447,10 @@ def _load_lengths(lengths, tokens, tiles, vision_tokens, image_flags, root, stri
         raise ValueError("give tiles= or vision_tokens=, not both")
     unit = "patch_tokens" if vision_tokens is not None else "tiles"
     vision = vision_tokens if vision_tokens is not None else tiles
-    as_array = lambda a: None if a is None else np.asarray(a)  # noqa: E731
-    return _core.Dataset.from_arrays(np.asarray(tokens), as_array(vision), as_array(image_flags), unit)
+    def as_array(a):  # an empty list is no float array: numpy's default dtype for it is float64
+        if a is None:
+            return None
+        array = np.asarray(a)
+        return array.astype(np.int64) if array.size == 0 else array
+
+    return _core.Dataset.from_arrays(as_array(tokens), as_array(vision), as_array(image_flags), unit)

@@ -404,3 +404,9 @@ def test_measure_refuses_a_plan_of_other_data():
     assert fulcrum.measure(plan, data)["pad_ratio"] == 0.0
     with pytest.raises(fulcrum.InputError, match="beyond the dataset"):
         fulcrum.measure(plan, fulcrum.Dataset.from_arrays([5]))
+
+
+def test_empty_length_lists_give_an_empty_epoch():
+    # np.asarray([]) is a float array; empty lists once failed as "tokens must hold integers, got dtype float64".
+    sampler = fulcrum.BalancedBatchSampler(tokens=[], tiles=[], rank=0, world_size=1)
+    assert len(sampler) == 0 and list(sampler) == []
