@@ -37,6 +37,7 @@ LAYOUTS = {
     "gpipe": (1, 2, 1, "gpipe", 4),
     "1f1b": (1, 2, 1, "1f1b", 4),
     "interleaved": (1, 2, 2, "interleaved", 4),
+    "interleaved-dp": (2, 1, 2, "interleaved", 2),  # one pipeline rank, 2 chunks, 2 replicas
     "zb-h1": (1, 2, 1, "zb-h1", 4),
     # The encoders on their own plan in the LLM pipeline's bubbles: `fulcrum plan --encoders bubbles`, with the
     # encoder's stages pinned through --encoder-pp: two encoder replicas (one per rank, features sent from rank 1
@@ -81,6 +82,8 @@ def main():
     p.add_argument("--no-fill", action="store_true", help="run every encoder pass where the plan puts it")
     p.add_argument("--late-rank", type=int, default=-1, help="this rank starts each step --late-seconds late")
     p.add_argument("--late-seconds", type=float, default=0.05)
+    p.add_argument("--seed-by-replica", action="store_true",
+                   help="build the model with another seed on every data-parallel replica but the first")
     a = p.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -116,7 +119,9 @@ def main():
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    if pp == 1:
+    if a.seed_by_replica and rank % dp:
+        model = TinyVlm(CONFIG, seed=100 + rank)  # the runtime must start it from the first replica's weights
+    if pp == 1 and vpp == 1:
         plan = None
     elif pipeline == "bubbles":
         plan = a.out + ".plan.json"
@@ -127,7 +132,7 @@ def main():
         # Uneven stages, full recomputation of some blocks and selective of others: the plan decides both.
         recompute = ["none"] * layers
         recompute[2], recompute[layers - 3] = "full", "selective"
-        plan = fr.RuntimePlan.generate(pipeline, layers, micro_batches, pp=pp, vpp=vpp, recompute=recompute)
+        plan = fr.RuntimePlan.generate(pipeline, layers, micro_batches, pp=pp, vpp=vpp, dp=dp, recompute=recompute)
     runtime = fr.Runtime(model, plan, token_loss_sum, micro_batches=micro_batches, engine=a.engine, timeline=True,
                          fill_waits=not a.no_fill)
     optimizer = torch.optim.SGD(list(runtime.parameters()), lr=0.5)
@@ -135,7 +140,7 @@ def main():
     losses, ahead = [], 0
     for s in range(a.steps):
         groups = step_groups(s, dp, micro_batches)[dp_rank]
-        batches = [pack([data[i] for i in g], *caps) if pp > 1 else pack([data[i] for i in g]) for g in groups]
+        batches = [pack([data[i] for i in g], *caps) if pp * vpp > 1 else pack([data[i] for i in g]) for g in groups]
         if rank == a.late_rank:
             time.sleep(a.late_seconds)
         result = runtime.step(batches)

@@ -51,6 +51,7 @@ def assert_same_training(result, reference):
     ("gpipe", "torch"),        # PP 2: torch.distributed.pipelining's ScheduleGPipe
     ("1f1b", "torch"),         # PP 2: Schedule1F1B
     ("interleaved", "executor"),  # PP 2 × 2 chunks in Fulcrum's order: the executor
+    ("interleaved-dp", "executor"),  # PP 1 × 2 chunks, DP 2: stages hand over on their rank, no transfer
     ("zb-h1", "executor"),     # split backward passes: the executor
 ])
 def test_two_gloo_ranks_train_as_one_process(layout, engine, reference, tmp_path):
@@ -170,3 +171,54 @@ def test_a_plan_for_another_model_or_world_is_refused():
         fr.Runtime(Chain(5), plan, lambda out, labels: out.sum())
     with pytest.raises(ValueError, match="2 are running|1 are running"):
         fr.Runtime(Chain(4), plan, lambda out, labels: out.sum())
+
+
+@pytest.mark.parametrize("layout, processes", [("interleaved-dp", 2), ("bubbles-dp2", 4)])
+def test_replicas_built_with_other_seeds_train_from_the_first_replicas_weights(layout, processes, reference,
+                                                                                tmp_path):
+    # Stage replicas (the executor's data-parallel groups) and encoder replicas: DDP's broadcast, done by the runtime.
+    result = run_worker(layout, tmp_path / "result.json", "--seed-by-replica", processes=processes)
+    assert_same_training(result, reference)
+
+
+def test_wave_messages_between_two_devices_never_share_a_tag():
+    # Slices with different micro-batch counts: a tag counted against the sender's own count would repeat (0→3 and
+    # 1→2 here), and one task's activations could arrive as another's.
+    from types import SimpleNamespace
+
+    from fulcrum.runtime.waves import WaveRuntime
+
+    slices = [SimpleNamespace(micro_batches=m) for m in (2, 1, 1, 2)]
+    runtime = SimpleNamespace(plan=SimpleNamespace(slices=slices))
+    tags = [WaveRuntime._tag(runtime, kind, sender, receiver, mb, part)
+            for kind in ("activation", "gradient") for sender in range(4) for receiver in range(4)
+            for mb in range(slices[sender].micro_batches) for part in range(8)]
+    assert len(set(tags)) == len(tags)
+
+
+def test_a_trace_of_something_else_is_refused_and_leaves_no_file(tmp_path):
+    timeline = fr.Timeline()
+    timeline.begin_step()
+    with timeline.span("F s0 mb0", "forward"):
+        pass
+    path = tmp_path / "trace.json"
+    with pytest.raises(TypeError, match=r"\(rank, events\) pairs"):
+        fr.write_chrome_trace(path, timeline.current, "one rank")  # the events without their rank
+    assert list(tmp_path.iterdir()) == []
+    fr.write_chrome_trace(path, [(0, timeline.current)], "one rank")
+    assert [e["name"] for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"] == ["F s0 mb0"]
+
+
+def test_a_message_that_cannot_travel_tells_its_receiver_instead_of_leaving_it_waiting():
+    from fulcrum.runtime.executor import _buffers, send_or_tell
+
+    sent = []
+    with pytest.raises(ValueError, match="complex64 tensor between stages: the runtime carries float32"):
+        send_or_tell([torch.zeros(2, dtype=torch.complex64)], lambda t, part: sent.append((part, t)))
+    (part, header), = sent
+    assert part == 0
+    with pytest.raises(RuntimeError, match="the sending rank could not send this message"):
+        _buffers(header)  # what the receiver does with the header it waits for
+    # Bytes travel (uint8 masks, int8 data); the receiver allocates what the header announces.
+    parts = send_or_tell([torch.ones(3, dtype=torch.uint8), torch.zeros(2, 4)], lambda t, part: None)
+    assert [(b.dtype, tuple(b.shape)) for b in _buffers(parts[0])] == [(torch.uint8, (3,)), (torch.float32, (2, 4))]

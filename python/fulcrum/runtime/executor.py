@@ -33,22 +33,42 @@ from fulcrum.runtime.split_backward import backward_input, backward_weight
 from fulcrum.runtime.stage import StageModule
 from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
 
-_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]
+_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool,
+           torch.uint8, torch.int8, torch.int16]
 _HEADER = 64  # int64 slots: tensor count, then dtype, rank and sizes of each tensor
 _MAX_TENSORS = 7
+_CANNOT_SEND = -1  # a header's tensor count when the sender could not send what it was to: the receiver raises
 
 
 def _header(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     fields = [len(tensors)]
     for t in tensors:
+        if t.dtype not in _DTYPES:
+            raise ValueError(f"a {t.dtype} tensor between stages: the runtime carries "
+                             f"{', '.join(str(d).removeprefix('torch.') for d in _DTYPES)}")
         fields += [_DTYPES.index(t.dtype), t.dim(), *t.shape]
     if len(fields) > _HEADER or len(tensors) > _MAX_TENSORS:
-        raise ValueError("activations between stages: at most 7 tensors of modest rank")
+        raise ValueError(f"{len(tensors)} tensors between stages: at most {_MAX_TENSORS}, of modest rank")
     return torch.tensor(fields + [0] * (_HEADER - len(fields)), dtype=torch.int64)
+
+
+def send_or_tell(tensors: Sequence[torch.Tensor], send: Callable[[torch.Tensor, int], None]) -> list[torch.Tensor]:
+    """The header and tensors of a message, in the order ``send(tensor, part)`` sends them; when the tensors cannot
+    travel, a header that tells the receiver so is sent, and the error raised, so that no peer waits for a
+    message that will never come."""
+    try:
+        return [_header(tensors), *[t.contiguous() for t in tensors]]
+    except ValueError:
+        told = torch.zeros(_HEADER, dtype=torch.int64)
+        told[0] = _CANNOT_SEND
+        send(told, 0)
+        raise
 
 
 def _buffers(header: torch.Tensor) -> list[torch.Tensor]:
     fields = header.tolist()
+    if fields[0] == _CANNOT_SEND:
+        raise RuntimeError("the sending rank could not send this message (its own error says why)")
     out, at = [], 1
     for _ in range(fields[0]):
         dtype, rank = _DTYPES[fields[at]], fields[at + 1]
@@ -152,9 +172,17 @@ class ScheduleExecutor:
             raise RuntimeError("the schedule left work undone: " + ", ".join(map(str, left)))
         return self.loss
 
+    def _take(self, key: tuple, local_key: tuple) -> tuple:
+        """A stage's input or output gradient: received, or made by the neighbouring stage on this rank, which a
+        schedule of one pipeline rank (interleaved over pp 1) passes on without a transfer."""
+        if key not in self.inbox and local_key in self.outbox:
+            return self.outbox.pop(local_key)
+        return self.inbox.pop(key)
+
     def _forward(self, s: int, mb: int) -> None:
         batch = self.batches[mb]
-        received = self.inbox.pop(("activation", s, mb)) if s > 0 or self.first_stage_receives else ()
+        received = (self._take(("activation", s, mb), ("activation", s - 1, mb))
+                    if s > 0 or self.first_stage_receives else ())
         received = tuple(t.requires_grad_() if t.is_floating_point() else t for t in received)
         with self.timeline.span(f"F s{s} mb{mb}", "forward", COMPUTE, s, mb):
             out = self.stages[s](*received, **batch)
@@ -172,7 +200,7 @@ class ScheduleExecutor:
         if s == self.last_stage:
             return received, list(outs), None
         if grads == "pending":
-            grads = self.inbox.pop(("gradient", s, mb))
+            grads = self._take(("gradient", s, mb), ("gradient", s + 1, mb))
             self.saved[(s, mb)] = (received, outs, grads)
         pairs = [(o, g) for o, g in zip([o for o in outs if o.is_floating_point()], grads) if o.requires_grad]
         return received, [o for o, _ in pairs], [g for _, g in pairs]
@@ -337,7 +365,7 @@ class ScheduleExecutor:
             self.inbox[peer_key] = tuple(t.clone() for t in tensors)
             return
         with self.timeline.span(f"send s{instruction[2]} mb{mb}", "send", P2P, int(instruction[2]), mb):
-            parts = [_header(tensors), *[t.contiguous() for t in tensors]]
+            parts = send_or_tell(tensors, lambda t, i: dist.send(t, dst, tag=self._tag(kind, tag_stage, mb, i)))
             for i, t in enumerate(parts):
                 if t.numel():  # the header tells the receiver of empty tensors
                     self.pending.append((dist.isend(t, dst, tag=self._tag(kind, tag_stage, mb, i)), t))

@@ -21,6 +21,7 @@ from torch import nn
 from fulcrum.runtime.encoder import EncoderStage
 from fulcrum.runtime.executor import ScheduleExecutor
 from fulcrum.runtime.plan import PlanSource, RuntimePlan
+from fulcrum.runtime.replicas import broadcast_from
 from fulcrum.runtime.stage import StageModule
 from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, Event, Timeline
 
@@ -110,6 +111,8 @@ class Runtime:
                                         p.recompute, trains)
         self.engine = self._choose_engine(engine)
         self._build_engine()
+        if initialized:
+            self._start_replicas_equal()
 
     # -- set-up -------------------------------------------------------------------------------------------------
     def _make_groups(self):
@@ -134,6 +137,7 @@ class Runtime:
         """The replicas of this rank's encoder stage: every encoder pipeline's, in every data-parallel replica."""
         p, layout = self.plan, self.plan.encoder
         mine = None
+        self._encoder_source = self.rank
         for e in range(layout.pp):
             ranks = sorted(layout.rank_of(j, e) * p.dp + d for j in range(layout.pipelines) for d in range(p.dp))
             if len(ranks) == 1:
@@ -143,8 +147,19 @@ class Runtime:
             else:
                 group = dist.new_group(ranks)  # every rank creates every group, in the same order
             if self.rank in ranks:
-                mine = group
+                mine, self._encoder_source = group, ranks[0]
         return mine
+
+    def _start_replicas_equal(self) -> None:
+        """Every replica of a stage (and of an encoder stage) starts from its first replica's weights, as DDP makes
+        its replicas: a model built with another seed on some rank would otherwise train apart without a word."""
+        p = self.plan
+        if p.dp > 1 and self.engine != "ddp":  # DistributedDataParallel broadcasts its module itself
+            tensors = [t for s in self.stage_ids for t in (*self.stages[s].parameters(), *self.stages[s].buffers())]
+            broadcast_from(tensors, self.pipeline_rank * p.dp, self._dp_group)
+        if self._encoder_group is not None:
+            broadcast_from([*self.encoder.parameters(), *self.encoder.buffers()], self._encoder_source,
+                           self._encoder_group)
 
     def _choose_engine(self, requested: str) -> str:
         p = self.plan
@@ -217,10 +232,11 @@ class Runtime:
 
     # -- a step -------------------------------------------------------------------------------------------------
     def parameters(self):
-        if self.encoder is not None:
-            yield from self.encoder.parameters()
+        """This rank's parameters, each once (a parameter shared by two of its stages is one)."""
+        chained = list(self.encoder.parameters()) if self.encoder is not None else []
         for s in self.stage_ids:
-            yield from self.stages[s].parameters()
+            chained.extend(self.stages[s].parameters())
+        yield from dict.fromkeys(chained)
 
     def modules(self) -> Mapping[int, StageModule]:
         """This rank's stages by virtual stage index."""
@@ -325,12 +341,22 @@ class Runtime:
             self._all_reduce_gradients(self.encoder.parameters(), self._encoder_group)
 
     def _all_reduce_gradients(self, parameters, group=None) -> None:
-        grads = [q.grad for q in parameters if q.grad is not None]
-        if not grads:
+        # Every trained parameter, in the same order on every replica: one left without a gradient on this replica
+        # (a branch its batches did not take) contributes zeros, so the flat tensors line up across replicas, and
+        # a count of the replicas that had one keeps a parameter no replica used without a gradient, as in one
+        # process (an optimizer skips it).
+        params = [q for q in dict.fromkeys(parameters) if q.requires_grad]  # a parameter shared by stages once
+        if not params:
             return
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        grads = [(q.grad if q.grad is not None else torch.zeros_like(q)).reshape(-1) for q in params]
+        had = torch.tensor([float(q.grad is not None) for q in params], dtype=grads[0].dtype)
+        flat = torch.cat([*grads, had])
         dist.all_reduce(flat, group=self._dp_group if group is None else group)
         at = 0
-        for g in grads:
-            g.copy_(flat[at:at + g.numel()].view_as(g))
-            at += g.numel()
+        for k, q in enumerate(params):
+            reduced = flat[at:at + q.numel()].view_as(q)
+            at += q.numel()
+            if q.grad is not None:
+                q.grad.copy_(reduced)
+            elif flat[-len(params) + k] > 0:
+                q.grad = reduced.clone()

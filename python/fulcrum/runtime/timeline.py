@@ -81,13 +81,24 @@ def chrome_trace(per_rank: Iterable[tuple[int, Iterable[Event]]], title: str,
 
 def write_chrome_trace(path: Union[str, os.PathLike], per_rank: Iterable[tuple[int, Iterable[Event]]], title: str,
                        iteration_seconds: float = 0.0) -> None:
-    """Writes the trace atomically (a temporary file renamed into place)."""
+    """Writes the trace of ``per_rank``, ``(rank, events)`` pairs (a Timeline's ``current`` or ``steps[k]`` as
+    the events), atomically: a temporary file renamed into place, removed when the trace cannot be made."""
     path = os.fspath(path)
+    per_rank = list(per_rank)
+    for item in per_rank:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], int)):
+            raise TypeError(f"write_chrome_trace takes (rank, events) pairs, e.g. [(rank, timeline.current)]; got "
+                            f"{type(item).__name__}")
+    trace = chrome_trace(per_rank, title, iteration_seconds)
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(chrome_trace(per_rank, title, iteration_seconds), f)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(trace, f)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def event_from_dict(d: dict) -> Event:

@@ -22,8 +22,9 @@ import torch.distributed as dist
 from torch import nn
 
 from fulcrum import _core
-from fulcrum.runtime.executor import _HEADER, _buffers, _header
+from fulcrum.runtime.executor import _HEADER, _buffers, send_or_tell
 from fulcrum.runtime.plan import read_schedule
+from fulcrum.runtime.replicas import broadcast_from
 from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
 
 
@@ -184,6 +185,10 @@ class WaveRuntime:
             pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
             self.groups.append(pg if self.rank in g.devices else None)
         self.buckets = [self._bucket(i) if self.rank in g.devices else None for i, g in enumerate(p.sync_groups)]
+        # Every copy of a layer starts from its first holder's weights, as DDP makes its replicas.
+        for g, group in enumerate(p.sync_groups):
+            if self.groups[g] is not None:
+                broadcast_from(self._trained(g), min(group.devices), self.groups[g])
 
     def _trained(self, g: int) -> list:
         """Sync group ``g``'s parameters that take gradients now."""
@@ -269,9 +274,12 @@ class WaveRuntime:
         return sorted(out, key=lambda x: x[1])
 
     def _tag(self, kind: str, sender: int, receiver: int, mb: int, part: int) -> int:
+        """A tag no other message between two devices has: the micro-batch counted against the most any slice runs,
+        so routes of slices with other micro-batch counts never share one."""
         n = len(self.plan.slices)
         key = ((kind == "gradient") * n + sender) * n + receiver
-        return (key * self.plan.slices[sender].micro_batches + mb) * 8 + part
+        most = max(s.micro_batches for s in self.plan.slices)
+        return (key * most + mb) * 8 + part
 
     # -- a step -------------------------------------------------------------------------------------------------
     def held_layers(self) -> list[tuple[int, int]]:
@@ -427,7 +435,8 @@ class WaveRuntime:
                     targets = [(d, self.outbox.pop((s, peer, mb, d))) for d in self.plan.slices[peer].devices
                                if (s, peer, mb, d) in self.outbox]
                 for d, tensors in targets:
-                    parts = [_header(tensors), *[t.contiguous() for t in tensors]]
+                    parts = send_or_tell(tensors,
+                                         lambda t, i: dist.send(t, d, tag=self._tag(payload, s, peer, mb, i)))
                     for i, t in enumerate(parts):
                         self.pending.append((dist.isend(t, d, tag=self._tag(payload, s, peer, mb, i)), t))
 
