@@ -167,7 +167,7 @@ TEST_F(Cli, BadInputTable) {
            "steps_per_epoch": 1, "recompute": "", "dp": 8, "tp": 1, "pp": 1, "vpp": 1, "mbs": 1, "schedule": "1f1b"},
            "optimus": {"efficiency_fine": "most"}})",
        "report --plan {file} --out {out}", "optimus: \"efficiency_fine\" must be a number"},
-      // Counts past any run: each once crashed, hung, truncated or ran on as something else.
+      // Counts past any run are bad input: refused in one line, not run until they overflow, hang or truncate.
       {"simulate_step_overflow", ok,
        "simulate --model internvl-chat-1.5 --cluster a100:8 --gbs 8 --quiet --data {file} --step 9223372036854775807 "
        "--trace {out}",
@@ -185,7 +185,7 @@ TEST_F(Cli, BadInputTable) {
       {"batch_dp_huge", ok, "batch --data {file} --dp 2000000000 --out {out}", "--dp must be at most 1048576"},
       {"cluster_devices_huge", "", "simulate --model gpt-11b --cluster a100:99999999999 --gbs 8 --trace {out}",
        "the device count must be an integer from 1 to 1048576"},
-      // Options that were ignored.
+      // Options that cannot apply are refused, not ignored.
       {"image_tokens_negative", "", "simulate --model llava-1.5-7b --cluster a100:8 --gbs 8 --image-tokens -5 "
        "--trace {out}", "--image-tokens must not be negative, got -5"},
       {"images_without_encoder", "", "simulate --model gpt-11b --cluster h100:8 --tp 8 --gbs 8 --images-per-sample 5 "
@@ -193,9 +193,13 @@ TEST_F(Cli, BadInputTable) {
       // One output of two that cannot be written: neither is, and the warnings of a failed run stay unsaid.
       {"second_output_unwritable", "", "simulate --model gpt-11b --cluster h100:8 --tp 8 --gbs 8 --save-schedule {out} "
        "--trace /nonexistent-fulcrum-folder/t.json", "cannot write"},
+      {"second_output_a_directory", "", "simulate --model gpt-11b --cluster h100:8 --tp 8 --gbs 8 --save-schedule "
+       "{out} --trace /tmp", "/tmp: cannot write (Is a directory)"},
+      {"one_path_two_outputs", "", "simulate --model gpt-11b --cluster h100:8 --tp 8 --gbs 8 --save-schedule {out} "
+       "--trace {out}", "given for two outputs of one run"},
       {"warnings_before_an_error", "", "batch --data data/internvl_sft_1.2M.json --dp 8 --out "
        "/nonexistent-fulcrum-folder/x.json", "cannot write"},
-      // Text printed component by component once stopped halfway through, after 9 lines of output.
+      // The text is printed whole or not at all.
       {"model_text_all_or_nothing", "", "model --model internvl-chat-1.5 --seq 16777216 --mbs 65536",
        "implausibly large"},
   };
@@ -276,7 +280,7 @@ TEST_F(Cli, ReportShowsEveryRankTheComparedPlansAndTheMeasuredTrace) {
   EXPECT_NE(slurp(chosen).find(fmt::format("Data-parallel replica 3 of {}", dp)), std::string::npos);
 
   const std::string bad_trace = write("bad_trace.json", R"({"traceEvents": [{"ph": "X", "ts": 0, "dur": -5}]})");
-  // Plan files edited into what no run could be: once reported as given ("16 × a100" for an 8-device schedule).
+  // Plan files edited into what no run could be are refused, not reported as given.
   auto edited = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
     nlohmann::json doc = planned;
     edit(doc);

@@ -26,7 +26,9 @@ int main(int argc, char** argv) {
   auto run_report = fulcrum::add_report_command(app);
   if (argc > 1 && argv[1][0] != '-') {  // CLI11 would say only that a subcommand is required
     std::vector<std::string> names;
-    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+    }
     if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
       std::cerr << fmt::format("fulcrum: error: unknown command '{}'; the commands are {} (see --help)\n", argv[1],
                                fmt::join(names, ", "));

@@ -215,44 +215,44 @@ nlohmann::ordered_json model_json(const ModelSpec& m, const MicroBatch& mb) {
 void print_text(const ModelSpec& m, const MicroBatch& mb) {
   std::ostringstream out;
   out << fmt::format("{}: {:.3f}B parameters ({:.3f}B trainable)\n", m.name, m.parameters() / 1e9,
-                           m.trainable_parameters() / 1e9);
+                     m.trainable_parameters() / 1e9);
   out << fmt::format("  activations kept by the transformer blocks for a micro-batch of {} × {} tokens, {} "
-                           "item(s) per sequence; tp {}{}, cp {}, recompute {}, {}; per device\n",
-                           mb.sequences, mb.tokens, mb.items, mb.tp, mb.sequence_parallel ? " with sp" : "", mb.cp,
-                           mb.recompute, mb.dtype);
+                     "item(s) per sequence; tp {}{}, cp {}, recompute {}, {}; per device\n",
+                     mb.sequences, mb.tokens, mb.items, mb.tp, mb.sequence_parallel ? " with sp" : "", mb.cp,
+                     mb.recompute, mb.dtype);
   for (const ComponentSpec& c : m.components) {
     out << fmt::format("  {} ({}{}): {:.4f}B parameters, {} transformer blocks", c.name,
-                             component_role_name(c.role), c.trainable ? "" : ", frozen", c.parameters() / 1e9,
-                             c.transformer_blocks());
+                       component_role_name(c.role), c.trainable ? "" : ", frozen", c.parameters() / 1e9,
+                       c.transformer_blocks());
     if (c.role == ComponentRole::kEncoder) {
       out << (c.tokens_per_item ? fmt::format(", {} tokens per tile", c.tokens_per_item)
-                                      : std::string(", dynamic patch tokens"))
-                << fmt::format(", {} per LLM token", c.merge);
+                                : std::string(", dynamic patch tokens"))
+          << fmt::format(", {} per LLM token", c.merge);
       if (c.unused_final_layers) out << fmt::format(", last {} block(s) unused", c.unused_final_layers);
     }
     const ComponentFlops flops = flops_of(c);
     out << fmt::format("\n    {:.3g} FLOPs per {} forward+backward{}; weights, gradients and Adam state {:.1f} GiB "
-                             "unsharded\n",
-                             flops.per_unit, flops.unit,
-                             flops.attention_per_token_squared > 0
-                                 ? fmt::format(" (+ {:.3g}·t² attention per sequence of t)", flops.attention_per_token_squared)
-                                 : std::string(),
-                             training_state_bytes(c.parameters(), 1, StateSharding::kZero0, c.trainable).total() /
-                                 (1024.0 * 1024 * 1024));
+                       "unsharded\n",
+                       flops.per_unit, flops.unit,
+                       flops.attention_per_token_squared > 0
+                           ? fmt::format(" (+ {:.3g}·t² attention per sequence of t)", flops.attention_per_token_squared)
+                           : std::string(),
+                       training_state_bytes(c.parameters(), 1, StateSharding::kZero0, c.trainable).total() /
+                           (1024.0 * 1024 * 1024));
     const ComponentActivations act = activations_of(c, mb);
     if (c.transformer_blocks() > 0) {
       out << fmt::format("    activations {} for {} sequence(s), {} tokens{}\n", memory_text(act.total),
-                               act.batch.sequences, act.batch.tokens,
-                               act.tp != mb.tp ? fmt::format(" (replicated: tp {} does not divide its heads)", mb.tp)
-                                               : std::string());
+                         act.batch.sequences, act.batch.tokens,
+                         act.tp != mb.tp ? fmt::format(" (replicated: tp {} does not divide its heads)", mb.tp)
+                                         : std::string());
     }
     size_t layer = 0;
     for (const LayerRun& run : layer_runs(c)) {
       out << fmt::format("    {:>3} × {:<16} {:>14L} params each   {}{}\n", run.count,
-                               layer_kind_name(run.layer->kind), run.layer->parameters(), describe(*run.layer),
-                               run.layer->kind == LayerKind::kTransformerBlock
-                                   ? fmt::format("; activations {} each", memory_text(act.per_layer[layer]))
-                                   : std::string());
+                         layer_kind_name(run.layer->kind), run.layer->parameters(), describe(*run.layer),
+                         run.layer->kind == LayerKind::kTransformerBlock
+                             ? fmt::format("; activations {} each", memory_text(act.per_layer[layer]))
+                             : std::string());
       layer += static_cast<size_t>(run.count);
     }
   }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <vector>
 
 #include "fulcrum/core/error.h"
@@ -59,6 +60,17 @@ void OutputFiles::add(std::string path, std::string content) {
 }
 
 void OutputFiles::write() {
+  // What would make a rename fail once others are done: a directory in a target's place, a target named twice.
+  std::set<std::string> seen;
+  for (const auto& [path, content] : files_) {
+    std::error_code error;
+    if (std::filesystem::is_directory(path, error)) {
+      throw InputError(fmt::format("{}: cannot write (Is a directory)", path));
+    }
+    if (!seen.insert(std::filesystem::weakly_canonical(path, error).string()).second) {
+      throw InputError(fmt::format("{}: given for two outputs of one run", path));
+    }
+  }
   std::vector<std::string> staged;
   try {
     for (const auto& [path, content] : files_) staged.push_back(stage(path, content));

@@ -261,7 +261,9 @@ void run_plan(const PlanOptions& o) {
       request.profile ? profile_entries_applied(*request.profile, request.model, plan.schedule.layout,
                                                 plan.schedule.recompute, request.dtype)
                       : 0;
-  if (request.profile) warnings() << profile_unused_warning(o.profile, *request.profile, profile_applied, request.dtype);
+  if (request.profile) {
+    warnings() << profile_unused_warning(o.profile, *request.profile, profile_applied, request.dtype);
+  }
   const double fraction_of_bound = plan.iteration_seconds > 0 ? bound_seconds / plan.iteration_seconds : 0;
 
   if (!o.out.empty() || !o.report.empty()) {

@@ -189,8 +189,9 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
   const ClusterSpec cluster = load_cluster(p.cluster);
   const ParallelLayout& layout = p.schedule.layout;
   if (static_cast<int64_t>(layout.dp) * layout.tp * layout.pp != cluster.devices) {
-    throw InputError(fmt::format("{}: request: cluster '{}' has {} devices, but the plan's schedule runs on DP {} × TP "
-                                 "{} × PP {}", plan_file, p.cluster, cluster.devices, layout.dp, layout.tp, layout.pp));
+    throw InputError(fmt::format("{}: request: cluster '{}' has {} devices, but the plan's schedule runs on DP {} × "
+                                 "TP {} × PP {}", plan_file, p.cluster, cluster.devices, layout.dp, layout.tp,
+                                 layout.pp));
   }
   const Dtype dtype = training_dtype(p.dtype, cluster);
   const AnalyticCost analytic(cluster);

@@ -116,7 +116,8 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
                                  vision_unit_name(data.vision_unit()), o.model, vision_unit_name(cost.vision_unit())));
   }
   const BatchPlan plan = make_batcher(o.batcher)->plan(data, params, cost);
-  if (o.step < 0 || o.steps > plan.steps() || o.step > plan.steps() - o.steps) {  // no sum that could overflow
+  if (o.step < 0) throw InputError(fmt::format("--step must not be negative, got {}", o.step));
+  if (o.steps > plan.steps() || o.step > plan.steps() - o.steps) {  // no sum that could overflow
     throw InputError(fmt::format("{}: --step {} and --steps {} ask for steps past the epoch's {} steps of {} samples",
                                  o.data, o.step, o.steps, plan.steps(), o.gbs));
   }
@@ -159,8 +160,8 @@ void run_simulate(const SimulateOptions& o) {
     throw InputError("--load-schedule and --save-schedule: give one");
   }
   set_image_tokens(model, o.image_tokens);
-  if (o.images_per_sample < -1) {
-    throw InputError(fmt::format("--images-per-sample must not be negative, got {}", o.images_per_sample));
+  if (o.images_per_sample < -1) {  // -1: the default, one per sample when the model has an encoder
+    throw InputError(fmt::format("--images-per-sample must be at least 0, got {}", o.images_per_sample));
   }
   if (o.images_per_sample > 0 && !model.has_encoder()) {
     throw InputError(fmt::format("--images-per-sample {}: model '{}' has no encoder", o.images_per_sample, o.model));

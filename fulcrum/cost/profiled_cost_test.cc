@@ -157,7 +157,7 @@ TEST(ProfileTable, BadInputNamesFileAndEntry) {
           "seconds": [1, 2]}]})", "p.json: entry 0: tokens and seconds must have the same length"},
       {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "tokens": [1],
           "seconds": [-1]}]})", "p.json: entry 0: seconds must hold positive numbers"},
-      // Once priced an iteration at infinity ("iteration inf s", "bubble -nan%").
+      // Times no pass can take: summed, they make an iteration infinite.
       {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "hidden": 8, "ffn": 16,
           "heads": 2, "kv_heads": 1, "head_dim": 4, "tokens": [1, 2], "seconds": [1e308, 1e308]}]})",
        "p.json: entry 0: seconds must hold positive numbers up to 1e+06"},

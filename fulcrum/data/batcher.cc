@@ -33,8 +33,6 @@ BatchPlan new_plan(std::string_view algo, const BatchParams& params, const Datas
 }
 
 void check_params(const BatchParams& p, const Dataset& data, const BatchParamNames& names) {
-  // Upper bounds far past any run, short of counts whose plans would exhaust memory or never finish.
-  constexpr int64_t kMostRanks = 1 << 20, kMostMicroBatches = 1 << 20, kMostSlots = 1 << 24, kMostPasses = 100000;
   const auto check = [](const char* name, int64_t value, int64_t most) {
     if (value < 1) throw InputError(fmt::format("{} must be at least 1, got {}", name, value));
     if (value > most) throw InputError(fmt::format("{} must be at most {}, got {}", name, most, value));
@@ -42,18 +40,19 @@ void check_params(const BatchParams& p, const Dataset& data, const BatchParamNam
   check(names.dp, p.dp, kMostRanks);
   check(names.micro_batches, p.micro_batches, kMostMicroBatches);
   if (p.samples_per_step < 0) throw InputError(fmt::format("{} must be positive", names.samples_per_step));
-  check(names.window, p.window_steps, kMostSlots);
+  check(names.window, p.window_steps, kMostWindowSteps);
   check(names.passes, p.passes, kMostPasses);
-  if (p.slots_per_step() > kMostSlots) {
+  if (p.slots_per_step() > kMostMicroBatchesPerStep) {
     throw InputError(fmt::format("{} × {} = {} micro-batches a step: at most {}", names.dp, names.micro_batches,
-                                 p.slots_per_step(), kMostSlots));
+                                 p.slots_per_step(), kMostMicroBatchesPerStep));
   }
   if (p.vision_cap < 0 || p.token_cap < 0 || p.text_full < 0 || p.vision_full < 0) {
     throw InputError(fmt::format("{} must not be negative", names.caps));
   }
   if (p.resolved_samples_per_step() < p.slots_per_step()) {
-    throw InputError(fmt::format("{} {} is less than {} × {} = {}: a micro-batch would be empty", names.samples_per_step,
-                                 p.resolved_samples_per_step(), names.dp, names.micro_batches, p.slots_per_step()));
+    throw InputError(fmt::format("{} {} is less than {} × {} = {}: a micro-batch would be empty",
+                                 names.samples_per_step, p.resolved_samples_per_step(), names.dp, names.micro_batches,
+                                 p.slots_per_step()));
   }
   if (data.empty()) throw InputError("the dataset has no samples");
 }
@@ -68,8 +67,8 @@ int64_t first_oversize_sample(const Dataset& data, int64_t vision_cap, int64_t t
 void throw_oversize(const Dataset& data, uint32_t id, int64_t vision_cap, int64_t token_cap) {
   const char* unit = data.vision_unit() == VisionUnit::kTiles ? "tiles" : "vision tokens";
   throw InputError(fmt::format("{} ({} {}, {} tokens) exceeds the micro-batch caps ({} {}, {} tokens); raise the "
-                               "caps or give such samples micro-batches of their own (--oversize own-group; in Python, "
-                               "oversize=\"own-group\")",
+                               "caps or give such samples micro-batches of their own (--oversize own-group; in "
+                               "Python, oversize=\"own-group\")",
                                data.describe_sample(id), data.vision(id), unit, data.tokens(id),
                                vision_cap > 0 ? fmt::to_string(vision_cap) : "no cap", unit,
                                token_cap > 0 ? fmt::to_string(token_cap) : "no cap"));

@@ -56,6 +56,14 @@ const std::vector<std::string>& batcher_names();
 // An empty plan carrying the run's identity (algo, dp, M, seed, epoch, samples in).
 BatchPlan new_plan(std::string_view algo, const BatchParams& params, const Dataset& data, bool padded);
 
+// Ceilings of the batchers' parameters: far past any run, short of plans that would exhaust memory or never finish
+// (2^26 micro-batches a step is 16,384 ranks × 4,096 accumulation steps).
+inline constexpr int64_t kMostRanks = int64_t{1} << 20;
+inline constexpr int64_t kMostMicroBatches = int64_t{1} << 20;
+inline constexpr int64_t kMostMicroBatchesPerStep = int64_t{1} << 26;
+inline constexpr int64_t kMostWindowSteps = int64_t{1} << 24;
+inline constexpr int64_t kMostPasses = 100000;
+
 // What the caller's interface calls the parameters check_params names in its messages.
 struct BatchParamNames {
   const char* dp = "--dp";

@@ -116,7 +116,7 @@ TEST(ClusterJson, BadInputNamesFileAndKey) {
       {R"({"preset": "h100:8", "nodes": 2})", "c.json: unknown key 'nodes'"},
       {R"({"preset": "h100:8", "device": {"memory_bytes": -1}})",
        "c.json: device: memory_bytes must be a number from 1e+06 to 1e+15"},
-      // Rates that make every figure infinite or zero: "iteration inf s" once came out of these.
+      // Rates no device has: they make every figure infinite or zero.
       {R"({"preset": "a100:8", "device": {"bf16_flops_per_second": 1e-308}})",
        "c.json: device: bf16_flops_per_second must be a number from 1e+06 to 1e+18"},
       {R"({"preset": "a100:8", "device": {"memory_bytes_per_second": 1e-300}})",

@@ -62,7 +62,7 @@ TEST(TaskGraph, BadGraphsAreRefusedByName) {
             R"({"name": "caption", "component": "vision", "tokens": 77})"),
        "component 'text' is run by no task"},
       {with(R"("kind": "tasks")", R"("kind": "model")"), "expected \"tasks\""},
-      // Sizes whose products (tokens², a task's FLOPs) once overflowed into an MFU of 3,732%.
+      // Sizes whose products (tokens², a task's FLOPs) would overflow 64-bit integers.
       {with(R"("tokens": 77)", R"("tokens": 99999999999)"), "tokens: 99999999999 is too large (at most 4194304)"},
       {with(R"("batch": 32)", R"("batch": 1099511627776)"), "batch: 1099511627776 is too large"},
       {"[1, 2", "two.json"},

@@ -50,7 +50,7 @@ TEST(TraceChart, RefusesWhatIsNotATrace) {
       {R"([{"ph": "X", "pid": 0, "tid": 0, "ts": -1e308, "dur": 1}, {"ph": "X", "name": "far", "pid": 0, "tid": 0,
            "ts": 1e308, "dur": 1}])",
        "event \"far\" ends out of range"},
-      // Finite, but a span of 3e294 years: its axis once printed 300-digit times.
+      // Finite, but a span of 3e294 years: no run, and an axis of 300-digit times.
       {R"([{"ph": "X", "pid": 0, "tid": 0, "ts": 1, "dur": 1}, {"ph": "X", "name": "long", "pid": 0, "tid": 0,
            "ts": 1, "dur": 1e308}])",
        "event \"long\" ends out of range"},

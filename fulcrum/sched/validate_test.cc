@@ -154,8 +154,8 @@ TEST(Validate, RejectsGradientReductionBeforeTheLastBackward) {
   EXPECT_THAT(error_of(s), HasSubstr("reduces gradients before the stage's last backward"));
 }
 
-// A schedule file with a stage's gradient reduction removed ran, and its data-parallel replicas would have drifted
-// apart; one that reduces twice would double-count.
+// Without its gradient reduction a stage's data-parallel replicas drift apart; reduced twice, its gradients count
+// twice.
 TEST(Validate, RejectsAStageWhoseGradientsAreNotReducedOnceOverItsReplicas) {
   for (const bool twice : {false, true}) {
     Schedule s = schedule(PipelineKind::kOneFOneB, 2, 1, 4, 4);

@@ -307,6 +307,12 @@ PYBIND11_MODULE(_core, m) {
   m.def("measure", &measure, py::arg("plan"), py::arg("dataset"), py::arg("cost") = py::none(),
         "Pad Ratio, Dist Ratios with their floors and time imbalance of a plan, per step and per micro-batch.");
   m.def("batcher_names", &batcher_names);
+  // The batchers' ceilings (batcher.h), for the sampler to check its arguments against when it is made.
+  m.attr("MOST_RANKS") = kMostRanks;
+  m.attr("MOST_MICRO_BATCHES") = kMostMicroBatches;
+  m.attr("MOST_MICRO_BATCHES_PER_STEP") = kMostMicroBatchesPerStep;
+  m.attr("MOST_WINDOW_STEPS") = kMostWindowSteps;
+  m.attr("MOST_PASSES") = kMostPasses;
   m.def("pipeline_schedule", &pipeline_schedule, py::arg("kind"), py::arg("micro_batches"), py::arg("stages"),
         py::arg("recompute"), py::kw_only(), py::arg("dp") = 1, py::arg("pp") = 1, py::arg("vpp") = 1,
         "A generated, validated pipeline schedule (gpipe, 1f1b, interleaved, zb-h1) as Fulcrum's schedule JSON: "

@@ -3,7 +3,7 @@
 The C++ core (``fulcrum._core``) reads length files and plans balanced micro-batches; this package puts it in a
 PyTorch training script::
 
-    sampler = fulcrum.BalancedBatchSampler("data/internvl_sft_1.2M.json", batch_size=4, micro_batches=2)
+    sampler = fulcrum.BalancedBatchSampler("meta.json", batch_size=4, micro_batches=2)  # or a length file
     loader = fulcrum.balanced_loader(dataset, sampler, collate_fn=pack)
     for batch, info in loader:
         loss = fulcrum.normalize_loss(model(batch).sum(), info)

@@ -130,12 +130,15 @@ def _rank_and_world_size(rank: Optional[int], world_size: Optional[int]) -> tupl
     return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
-def _whole(name: str, value: Any, minimum: int) -> int:
-    """An integer argument (a bool, float or string is refused rather than truncated) of at least ``minimum``."""
+def _whole(name: str, value: Any, minimum: int, most: Optional[int] = None) -> int:
+    """An integer argument (a bool, float or string is refused rather than truncated) from ``minimum`` to
+    ``most``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if most is not None and value > most:
+        raise ValueError(f"{name} must be at most {most}, got {value}")
     return int(value)
 
 
@@ -163,8 +166,8 @@ class BalancedBatchSampler:
 
     ``state_dict()`` records the progress through the epoch; ``load_state_dict()`` resumes exactly where it
     stopped, also with a different world size or batch size: the samples not yet seen are re-planned for the
-    new ranks, none lost and none repeated. Every other new iteration starts the epoch again, as
-    DistributedSampler's does.
+    new ranks, none lost and none repeated. A new iteration starts again from the same point: the epoch's start, as
+    DistributedSampler's does, or the loaded state until a pass has run to the end of the epoch.
 
     A meta index entry whose length file is missing is an error unless ``strict=False``: skipping it would give
     the entries after it other ids than a dataset built from the whole index has.
@@ -212,12 +215,15 @@ class BalancedBatchSampler:
         if rank is not None:
             rank = _whole("rank", rank, 0)
         if world_size is not None:
-            world_size = _whole("world_size", world_size, 1)
+            world_size = _whole("world_size", world_size, 1, _core.MOST_RANKS)
         rank, world_size = _rank_and_world_size(rank, world_size)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         batch_size = _whole("batch_size", batch_size, 1)
-        micro_batches = _whole("micro_batches", micro_batches, 1)
+        micro_batches = _whole("micro_batches", micro_batches, 1, _core.MOST_MICRO_BATCHES)
+        if world_size * micro_batches > _core.MOST_MICRO_BATCHES_PER_STEP:
+            raise ValueError(f"world_size × micro_batches = {world_size * micro_batches} micro-batches a step: at "
+                             f"most {_core.MOST_MICRO_BATCHES_PER_STEP}")
         if global_batch_size is None:
             global_batch_size = batch_size * micro_batches * world_size
         global_batch_size = _whole("global_batch_size", global_batch_size, 1)
@@ -239,9 +245,9 @@ class BalancedBatchSampler:
         self.seed = seed
         self._params = _PlanParams(
             algo=algo, world_size=world_size, global_batch_size=global_batch_size,
-            micro_batches=micro_batches, window=_whole("window", window, 1), drop_last=_flag("drop_last", drop_last),
-            oversize=oversize, vision_cap=_whole("vision_cap", vision_cap, 0),
-            token_cap=_whole("token_cap", token_cap, 0), passes=_whole("passes", passes, 1),
+            micro_batches=micro_batches, window=_whole("window", window, 1, _core.MOST_WINDOW_STEPS),
+            drop_last=_flag("drop_last", drop_last), oversize=oversize, vision_cap=_whole("vision_cap", vision_cap, 0),
+            token_cap=_whole("token_cap", token_cap, 0), passes=_whole("passes", passes, 1, _core.MOST_PASSES),
             search=_flag("search", search), cost=os.fspath(cost) if cost is not None else None)
         self._fingerprint: Optional[str] = None
         self._epoch = 0
@@ -251,9 +257,10 @@ class BalancedBatchSampler:
         self._expect_digest: Optional[str] = None  # what a loaded state says the current segment consumed
         self._step = 0  # steps of the current segment handed out
         self._plan: Optional[_SegmentPlan] = None
-        # An iteration started from the current point (the epoch's start, or where a loaded state stopped); the
-        # next one starts the epoch again, as DistributedSampler's does, so a pass broken off early loses nothing.
+        # An iteration started since the sampler was made, its epoch set or a state loaded: the next one starts
+        # again from the same point, the loaded step (_start_step) or, with none, the epoch's start.
         self._started = False
+        self._start_step: Optional[int] = None
         self._fresh: Optional[_SegmentPlan] = None  # the epoch's plan from its start, for that next pass
 
     # -- PyTorch sampler protocol -------------------------------------------------------------------------
@@ -266,18 +273,21 @@ class BalancedBatchSampler:
 
     def __len__(self) -> int:
         """Micro-batches the next iteration yields on this rank."""
-        if self._started:  # the next pass starts the epoch again
+        if self._started and self._start_step is None:  # the next pass is the epoch from its start
             plan = self._fresh_epoch_plan()
             return plan.steps * plan.micro_batches
-        return (self.plan.steps - self._step) * self.plan.micro_batches
+        step = self._start_step if self._started else self._step
+        return (self.plan.steps - step) * self.plan.micro_batches
 
     def __iter__(self) -> Iterator[MicroBatch]:
-        if self._started:  # iterated again without set_epoch: the epoch again, as DistributedSampler does
+        if self._started and self._start_step is None:  # iterated again: the epoch again, as DistributedSampler does
             fresh = self._fresh_epoch_plan()
             self._restart_epoch()
             self._plan = fresh
-        self._started = True
+        elif self._started:  # iterated again after a state was loaded: from the loaded step again
+            self._step = self._start_step
         plan = self.plan
+        self._started = True
         m = plan.micro_batches
         dp = plan.dp
         ids, begins, prefix = plan.ids, plan.begins, plan.prefix
@@ -295,6 +305,7 @@ class BalancedBatchSampler:
                     # after the optimizer step resumes at the next step.
                     self._step = step + 1
                 yield MicroBatch(ids[b:e].tolist(), info)
+        self._start_step = None  # a pass ran to the end of the epoch: the next one is the whole epoch again
 
     # -- planning -----------------------------------------------------------------------------------------
     @property
@@ -340,6 +351,7 @@ class BalancedBatchSampler:
     def _restart_epoch(self) -> None:
         self._fresh = None
         self._started = False
+        self._start_step = None
         self._expect_digest = None
         self._history = []
         self._step = 0
@@ -427,6 +439,7 @@ class BalancedBatchSampler:
             self._history, self._step, self._expect_digest = history[:-1], last_steps, last_digest
         else:
             self._history, self._step, self._expect_digest = history, 0, None
+        self._start_step = self._step
 
 
 def _digest(ids: np.ndarray) -> str:
@@ -447,6 +460,7 @@ def _load_lengths(lengths, tokens, tiles, vision_tokens, image_flags, root, stri
         raise ValueError("give tiles= or vision_tokens=, not both")
     unit = "patch_tokens" if vision_tokens is not None else "tiles"
     vision = vision_tokens if vision_tokens is not None else tiles
+
     def as_array(a):  # an empty list is no float array: numpy's default dtype for it is float64
         if a is None:
             return None

@@ -253,8 +253,8 @@ def test_rank_and_size_are_checked():
     (dict(cost="no/such/cost.json"), ValueError, "no/such/cost.json"),
 ])
 def test_bad_arguments_are_refused_when_the_sampler_is_made(kwargs, error, words):
-    # Each of these once passed the constructor: some to be truncated, some to fail at the first len() or
-    # iteration, a window of 0 to end the process on a division by zero.
+    # Refused when the sampler is made: not truncated, not left to fail at the first len() or iteration (a window
+    # of 0 would divide by zero inside the batcher).
     tokens, tiles = random_lengths(40, 0)
     with pytest.raises(error, match=words):
         fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, **kwargs)
@@ -300,6 +300,32 @@ def test_a_pass_broken_off_early_is_started_again_by_the_next_one(micro_batches)
     consume(sampler, 2)  # two steps of another pass, left unfinished
     assert len(sampler) == full_length
     assert epoch_batches(sampler) == whole, "the next pass is the whole epoch, every sample in it"
+
+
+@pytest.mark.parametrize("world_size_after", [1, 2])
+def test_a_peek_after_a_resume_keeps_the_resume_point(world_size_after):
+    tokens, tiles = random_lengths(150, 8)
+    kwargs = dict(tokens=tokens, tiles=tiles, micro_batches=2)
+    first = fulcrum.BalancedBatchSampler(rank=0, world_size=1, **kwargs)
+    head = consume(first, 5)
+    state = first.state_dict()
+    resumed = [fulcrum.BalancedBatchSampler(rank=r, world_size=world_size_after, **kwargs)
+               for r in range(world_size_after)]
+    expected = []
+    for s in resumed:
+        s.load_state_dict(state)
+        length = len(s)
+        next(iter(s))  # a framework's look at the loader before training
+        consume(s, 1)  # and a step of a pass it broke off
+        assert len(s) == length
+        expected.append(epoch_batches(s))
+    seen = [i for _, _, ids in head for i in ids] + [i for rank in expected for _, _, ids in rank for i in ids]
+    counts = collections.Counter(seen)
+    assert set(counts) == set(range(150)), "every sample in the epoch, the peeks taking none"
+    step_samples = 4 * 2 * world_size_after
+    assert sum(counts.values()) - 150 < step_samples, "no sample again but a last step's fill"
+    # Then a pass to the end of the epoch: the one after it is the next pass over the whole epoch.
+    assert len(resumed[0]) == len(fulcrum.BalancedBatchSampler(rank=0, world_size=world_size_after, **kwargs))
 
 
 def test_a_sample_over_a_cap_is_an_error_naming_it():
@@ -407,6 +433,6 @@ def test_measure_refuses_a_plan_of_other_data():
 
 
 def test_empty_length_lists_give_an_empty_epoch():
-    # np.asarray([]) is a float array; empty lists once failed as "tokens must hold integers, got dtype float64".
+    # np.asarray([]) is a float array: empty lists are taken as empty integer arrays.
     sampler = fulcrum.BalancedBatchSampler(tokens=[], tiles=[], rank=0, world_size=1)
     assert len(sampler) == 0 and list(sampler) == []
