@@ -1,6 +1,7 @@
 """examples/tiny_multitask and fulcrum.runtime.WaveRuntime: multi-task schedules on 2 gloo processes train as
 one process does."""
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -192,6 +193,19 @@ def test_wave_plans_are_checked(tmp_path):
         check_copies_synchronised(fr.WavePlan.from_json(unsynced), graph["model"], components)
     with pytest.raises(ValueError, match="layer 0 of component 'vision' is held by devices 0,1 and no sync group"):
         fr.WaveRuntime(example.TinyMultitask(), graph, unsynced)  # before it looks for the ranks to run it
+
+    # Every task's nodes run whole, once: a task left out would train nothing and report a loss of 0.
+    from fulcrum.runtime.waves import check_tasks_run
+
+    plan = fr.WavePlan.from_json(doc)
+    check_tasks_run(plan, graph, components)
+    without_task_1 = dataclasses.replace(plan, slices=tuple(s for s in plan.slices if s.task != 1))
+    with pytest.raises(ValueError, match=rf"task '{graph['tasks'][1]['name']}': the schedule's slices do not run"):
+        check_tasks_run(without_task_1, graph, components)
+    halved = dataclasses.replace(plan, slices=tuple(dataclasses.replace(s, layers=max(1, s.layers // 2))
+                                                    if s.layers > 1 else s for s in plan.slices))
+    with pytest.raises(ValueError, match="the schedule's slices do not run"):
+        check_tasks_run(halved, graph, components)
 
 
 def test_compare_predicts_the_schedules_that_ran(tmp_path):

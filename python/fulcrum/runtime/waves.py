@@ -126,6 +126,31 @@ def check_copies_synchronised(plan: WavePlan, model_doc: Mapping[str, Any], comp
                              "copies equal")
 
 
+def check_tasks_run(plan: WavePlan, task_graph: Mapping[str, Any], components: Mapping[str, Sequence]) -> None:
+    """Raises ValueError unless the schedule's slices run every node of every task whole, each layer once, and
+    nothing else: a task no slice runs would train nothing and report a loss of 0. ``components`` as for
+    check_copies_synchronised."""
+    names = [c["name"] for c in task_graph["model"]["components"]]
+    tasks = task_graph["tasks"]
+    covered: dict[tuple, list] = {}  # (task, component) -> the [first, end) layer ranges its slices run
+    for i, s in enumerate(plan.slices):
+        if not 0 <= s.task < len(tasks):
+            raise ValueError(f"the schedule's slice {i} runs task {s.task}, but the task graph has {len(tasks)}")
+        if all(n["component"] != names[s.component] for n in tasks[s.task]["nodes"]):
+            raise ValueError(f"the schedule's slice {i} runs component {names[s.component]!r}, which task "
+                             f"{tasks[s.task]['name']!r} does not")
+        covered.setdefault((s.task, s.component), []).append((s.first_layer, s.first_layer + s.layers))
+    for t, task in enumerate(tasks):
+        for node in task["nodes"]:
+            c = names.index(node["component"])
+            at = 0
+            for first, end in sorted(covered.get((t, c), [])):
+                at = end if first == at else -1
+            if at != len(components[node["component"]]):
+                raise ValueError(f"task {task['name']!r}: the schedule's slices do not run the "
+                                 f"{len(components[node['component']])} layers of its node {node['name']!r} once each")
+
+
 class WaveRuntime:
     """A training step of a multi-task ``model`` as the multitask schedule ``plan`` lays it out.
 
@@ -156,6 +181,7 @@ class WaveRuntime:
             if name not in model.components:
                 raise ValueError(f"the model has no component {name!r}, which the task graph names")
         check_copies_synchronised(p, model_doc, model.components)
+        check_tasks_run(p, task_graph, model.components)
         initialized = dist.is_available() and dist.is_initialized()
         self.world_size = dist.get_world_size() if initialized else 1
         self.rank = dist.get_rank() if initialized else 0
@@ -238,13 +264,13 @@ class WaveRuntime:
         """Each slice's producers (the slices whose output it takes, in the order its node's inputs name them)
         and whether its output is its task's loss."""
         p = self.plan
+        layers = [len(self.model.components[n]) for n in self.component_names]
         end_of = {}  # (task, component, end layer) -> slice
         for i, s in enumerate(p.slices):
             end_of[(s.task, s.component, s.first_layer + s.layers)] = i
             if s.sequences * s.micro_batches != self.batch_sizes[s.task]:
                 raise ValueError(f"slice {i} runs {s.sequences} × {s.micro_batches} sequences, but task "
                                  f"{self.task_names[s.task]!r} has {self.batch_sizes[s.task]} samples")
-        layers = [len(self.model.components[n]) for n in self.component_names]
         self.producers, self.loss_slice = [], []
         for i, s in enumerate(p.slices):
             node = self.tasks[s.task][self._node_of(s)]
