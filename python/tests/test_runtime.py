@@ -222,3 +222,27 @@ def test_a_message_that_cannot_travel_tells_its_receiver_instead_of_leaving_it_w
     # Bytes travel (uint8 masks, int8 data); the receiver allocates what the header announces.
     parts = send_or_tell([torch.ones(3, dtype=torch.uint8), torch.zeros(2, 4)], lambda t, part: None)
     assert [(b.dtype, tuple(b.shape)) for b in _buffers(parts[0])] == [(torch.uint8, (3,)), (torch.float32, (2, 4))]
+
+
+def test_step_tokens_must_be_a_whole_count():
+    import torch.nn as nn
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(1))
+
+        def forward(self, state, batch):
+            return (batch["x"] * self.w,)
+
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([Scale()])
+
+    runtime = fr.Runtime(Chain(), None, lambda out, labels: out[0].sum(), micro_batches=1)
+    batch = {"x": torch.ones(2), "labels": torch.ones(2, dtype=torch.int64)}
+    for bad in (0.5, True, "4"):
+        with pytest.raises(TypeError, match="step_tokens must be a whole count"):
+            runtime.step([batch], step_tokens=bad)
+    assert runtime.step([batch], step_tokens=torch.tensor(4).item()).step_tokens == 4

@@ -9,6 +9,7 @@ of loss tokens, so the gradient is that of the token mean over every rank and mi
 
 from __future__ import annotations
 
+import numbers
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -265,6 +266,9 @@ class Runtime:
             raise ValueError(f"the plan runs {p.micro_batches} micro-batches per step, got {len(micro_batches)}")
         if step_tokens is None:
             step_tokens = self._count_step_tokens(micro_batches)
+        if isinstance(step_tokens, bool) or not isinstance(step_tokens, numbers.Integral):
+            raise TypeError(f"step_tokens must be a whole count of loss tokens, got {step_tokens!r}")
+        step_tokens = int(step_tokens)
         if step_tokens <= 0:
             raise ValueError("the step has no loss tokens")
         self.timeline.begin_step()
