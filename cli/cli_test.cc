@@ -197,6 +197,8 @@ TEST_F(Cli, BadInputTable) {
        "{out} --trace /tmp", "/tmp: cannot write (Is a directory)"},
       {"one_path_two_outputs", "", "simulate --model gpt-11b --cluster h100:8 --tp 8 --gbs 8 --save-schedule {out} "
        "--trace {out}", "given for two outputs of one run"},
+      {"one_new_file_two_spellings", "", "simulate --model gpt-11b --cluster h100:8 --tp 8 --gbs 8 --save-schedule "
+       "fulcrum-output-twice.json --trace ./fulcrum-output-twice.json", "given for two outputs of one run"},
       {"warnings_before_an_error", "", "batch --data data/internvl_sft_1.2M.json --dp 8 --out "
        "/nonexistent-fulcrum-folder/x.json", "cannot write"},
       // The text is printed whole or not at all.

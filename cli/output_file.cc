@@ -39,8 +39,10 @@ std::string stage(const std::string& path, std::string_view content) {
     }
     written += static_cast<size_t>(n);
   }
-  if (::fchmod(fd, 0644) != 0 || ::close(fd) != 0) {
-    const int error = errno;
+  const bool modes_set = ::fchmod(fd, 0644) == 0;
+  const int mode_error = errno;
+  if (::close(fd) != 0 || !modes_set) {  // closed either way: no descriptor left open
+    const int error = modes_set ? errno : mode_error;
     ::unlink(name.data());
     throw InputError(fmt::format("{}: cannot write ({})", path, std::strerror(error)));
   }
@@ -67,7 +69,9 @@ void OutputFiles::write() {
     if (std::filesystem::is_directory(path, error)) {
       throw InputError(fmt::format("{}: cannot write (Is a directory)", path));
     }
-    if (!seen.insert(std::filesystem::weakly_canonical(path, error).string()).second) {
+    // Absolute first: weakly_canonical leaves a relative path whose every part is new ("plan.json") relative.
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path), error);
+    if (!error && !seen.insert(resolved.string()).second) {  // a path it cannot resolve fails in stage(), named
       throw InputError(fmt::format("{}: given for two outputs of one run", path));
     }
   }

@@ -209,19 +209,38 @@ def test_a_trace_of_something_else_is_refused_and_leaves_no_file(tmp_path):
     assert [e["name"] for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"] == ["F s0 mb0"]
 
 
-def test_a_message_that_cannot_travel_tells_its_receiver_instead_of_leaving_it_waiting():
-    from fulcrum.runtime.executor import _buffers, send_or_tell
+def test_a_message_that_cannot_travel_tells_its_receivers_instead_of_leaving_them_waiting():
+    from fulcrum.runtime.executor import _buffers, message_parts
 
     sent = []
+    messages = [(0, 1, (torch.zeros(2),)), (0, 2, (torch.zeros(2, dtype=torch.complex64),)), (1, 1, (torch.zeros(2),))]
     with pytest.raises(ValueError, match="complex64 tensor between stages: the runtime carries float32"):
-        send_or_tell([torch.zeros(2, dtype=torch.complex64)], lambda t, part: sent.append((part, t)))
-    (part, header), = sent
-    assert part == 0
-    with pytest.raises(RuntimeError, match="the sending rank could not send this message"):
-        _buffers(header)  # what the receiver does with the header it waits for
+        message_parts(messages, lambda t, peer, mb, part: sent.append((peer, mb, part, t)))
+    assert [(peer, mb, part) for peer, mb, part, _ in sent] == [(1, 0, 0), (2, 0, 0), (1, 1, 0)]  # every receiver
+    for *_, header in sent:
+        with pytest.raises(RuntimeError, match="the sending rank could not send this message"):
+            _buffers(header)  # what a receiver does with the header it waits for
     # Bytes travel (uint8 masks, int8 data); the receiver allocates what the header announces.
-    parts = send_or_tell([torch.ones(3, dtype=torch.uint8), torch.zeros(2, 4)], lambda t, part: None)
+    ((_, _, parts),) = message_parts([(0, 1, (torch.ones(3, dtype=torch.uint8), torch.zeros(2, 4)))],
+                                     lambda *a: None)
     assert [(b.dtype, tuple(b.shape)) for b in _buffers(parts[0])] == [(torch.uint8, (3,)), (torch.float32, (2, 4))]
+
+
+def test_a_parameter_two_stages_share_is_reduced_once_after_both():
+    from types import SimpleNamespace
+
+    from fulcrum.runtime.runtime import Runtime
+
+    shared, own = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(1))
+    first, second = torch.nn.Module(), torch.nn.Module()
+    first.tied, second.tied, second.own = shared, shared, own
+    # pp 1, two chunks: stage 1's gradient collective runs before stage 0's backward, stage 0's after it.
+    program = [["F", 0, 0], ["F", 1, 0], ["B", 1, 0], ["collective", "all_reduce", "gradients", 1], ["B", 0, 0],
+               ["collective", "all_reduce", "gradients", 0]]
+    runtime = SimpleNamespace(plan=SimpleNamespace(programs=[program]), pipeline_rank=0,
+                              stages={0: first, 1: second})
+    owners = Runtime._gradient_owners(runtime)
+    assert owners == {id(shared): 0, id(own): 1}
 
 
 def test_step_tokens_must_be_a_whole_count():

@@ -52,16 +52,18 @@ def _header(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.tensor(fields + [0] * (_HEADER - len(fields)), dtype=torch.int64)
 
 
-def send_or_tell(tensors: Sequence[torch.Tensor], send: Callable[[torch.Tensor, int], None]) -> list[torch.Tensor]:
-    """The header and tensors of a message, in the order ``send(tensor, part)`` sends them; when the tensors cannot
-    travel, a header that tells the receiver so is sent, and the error raised, so that no peer waits for a
-    message that will never come."""
+def message_parts(messages: Sequence[tuple], send: Callable[[torch.Tensor, int, int, int], None]) -> list[tuple]:
+    """``(micro_batch, peer, tensors)`` messages as ``(micro_batch, peer, [header, *tensors])``, checked together:
+    when any message's tensors cannot travel, every receiver is sent a header saying so (``send(tensor, peer,
+    micro_batch, part)``, which must not block) and the error raised, so that none of them waits for a message
+    that will never come."""
     try:
-        return [_header(tensors), *[t.contiguous() for t in tensors]]
+        return [(mb, peer, [_header(tensors), *[t.contiguous() for t in tensors]]) for mb, peer, tensors in messages]
     except ValueError:
         told = torch.zeros(_HEADER, dtype=torch.int64)
         told[0] = _CANNOT_SEND
-        send(told, 0)
+        for mb, peer, _ in messages:
+            send(told, peer, mb, 0)
         raise
 
 
@@ -365,7 +367,10 @@ class ScheduleExecutor:
             self.inbox[peer_key] = tuple(t.clone() for t in tensors)
             return
         with self.timeline.span(f"send s{instruction[2]} mb{mb}", "send", P2P, int(instruction[2]), mb):
-            parts = send_or_tell(tensors, lambda t, i: dist.send(t, dst, tag=self._tag(kind, tag_stage, mb, i)))
+            def isend(t: torch.Tensor, peer: int, micro_batch: int, part: int) -> None:
+                self.pending.append((dist.isend(t, peer, tag=self._tag(kind, tag_stage, micro_batch, part)), t))
+
+            ((_, _, parts),) = message_parts([(mb, dst, tensors)], isend)
             for i, t in enumerate(parts):
                 if t.numel():  # the header tells the receiver of empty tensors
                     self.pending.append((dist.isend(t, dst, tag=self._tag(kind, tag_stage, mb, i)), t))

@@ -213,6 +213,7 @@ class Runtime:
             self._instrument_pipeline_stage(s)
         else:
             peers = {q: q * p.dp + self.dp_rank for q in range(p.pp)}
+            self._reduced_at = self._gradient_owners()
             self._executor = ScheduleExecutor(self.plan, self.stages, self.pipeline_rank, peers, self._scaled_loss,
                                               self.labels_key, self.timeline, self._reduce_stage_gradients,
                                               self.encoder, self._reduce_encoder_gradients, self.fill_waits)
@@ -338,7 +339,20 @@ class Runtime:
 
     def _reduce_stage_gradients(self, stage: int) -> None:
         if self.plan.dp > 1:
-            self._all_reduce_gradients(self.stages[stage].parameters())
+            self._all_reduce_gradients(q for q in self.stages[stage].parameters()
+                                       if self._reduced_at.get(id(q), stage) == stage)
+
+    def _gradient_owners(self) -> dict:
+        """Parameter id → the stage whose gradient collective reduces it: of the stages on this rank that hold it,
+        the last whose collective the program runs, so a parameter two stages share (a tied embedding) is
+        reduced once, after both have added to its gradient."""
+        order = [int(i[3]) for i in self.plan.programs[self.pipeline_rank]
+                 if i[0] == "collective" and len(i) <= 4 and i[2] == "gradients"]
+        owners = {}
+        for s in order:
+            for q in self.stages[s].parameters():
+                owners[id(q)] = s
+        return owners
 
     def _reduce_encoder_gradients(self) -> None:
         if self._encoder_group is not None:
@@ -363,4 +377,4 @@ class Runtime:
             if q.grad is not None:
                 q.grad.copy_(reduced)
             elif flat[-len(params) + k] > 0:
-                q.grad = reduced.clone()
+                q.grad = reduced.to(q.dtype, copy=True)  # the flat tensor has the widest of the dtypes

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 from fulcrum import _core
-from fulcrum.runtime.executor import _HEADER, _buffers, send_or_tell
+from fulcrum.runtime.executor import _HEADER, _buffers, message_parts
 from fulcrum.runtime.plan import read_schedule
 from fulcrum.runtime.replicas import broadcast_from
 from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
@@ -211,7 +211,8 @@ class WaveRuntime:
             pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
             self.groups.append(pg if self.rank in g.devices else None)
         self.buckets = [self._bucket(i) if self.rank in g.devices else None for i, g in enumerate(p.sync_groups)]
-        # Every copy of a layer starts from its first holder's weights, as DDP makes its replicas.
+        # Every copy of a layer starts from its first holder's weights, as DDP makes its replicas (frozen copies are
+        # not trained, so they stay as the model built them).
         for g, group in enumerate(p.sync_groups):
             if self.groups[g] is not None:
                 broadcast_from(self._trained(g), min(group.devices), self.groups[g])
@@ -451,20 +452,23 @@ class WaveRuntime:
     def _send(self, payload: str, s: int, peer: int) -> None:
         sl = self.plan.slices[s]
         with self.timeline.span(f"send {payload} {s}->{peer}", "send", P2P, s):
+            messages = []  # (micro-batch, device, tensors)
             for mb in range(sl.micro_batches):
                 if payload == "activation":
                     # The rows of this rank's output each other device of the consumer takes.
                     own, _ = self._rows(s, self.rank, mb)
-                    targets = [(d, tuple(t[c - own:e - own] for t in self.outputs[(s, mb)]))
-                               for d, c, e in self._overlaps(s, mb, peer) if d != self.rank]
+                    messages += [(mb, d, tuple(t[c - own:e - own] for t in self.outputs[(s, mb)]))
+                                 for d, c, e in self._overlaps(s, mb, peer) if d != self.rank]
                 else:
-                    targets = [(d, self.outbox.pop((s, peer, mb, d))) for d in self.plan.slices[peer].devices
-                               if (s, peer, mb, d) in self.outbox]
-                for d, tensors in targets:
-                    parts = send_or_tell(tensors,
-                                         lambda t, i: dist.send(t, d, tag=self._tag(payload, s, peer, mb, i)))
-                    for i, t in enumerate(parts):
-                        self.pending.append((dist.isend(t, d, tag=self._tag(payload, s, peer, mb, i)), t))
+                    messages += [(mb, d, self.outbox.pop((s, peer, mb, d))) for d in self.plan.slices[peer].devices
+                                 if (s, peer, mb, d) in self.outbox]
+
+            def isend(t: torch.Tensor, d: int, mb: int, part: int) -> None:
+                self.pending.append((dist.isend(t, d, tag=self._tag(payload, s, peer, mb, part)), t))
+
+            for mb, d, parts in message_parts(messages, isend):
+                for i, t in enumerate(parts):
+                    isend(t, d, mb, i)
 
     def _recv(self, payload: str, s: int, peer: int) -> None:
         sl = self.plan.slices[s]
