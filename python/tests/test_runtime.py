@@ -186,10 +186,10 @@ def test_wave_messages_between_two_devices_never_share_a_tag():
     # 1→2 here), and one task's activations could arrive as another's.
     from types import SimpleNamespace
 
-    from fulcrum.runtime.waves import WaveRuntime
+    from fulcrum.runtime.waves import WavePlan, WaveRuntime
 
     slices = [SimpleNamespace(micro_batches=m) for m in (2, 1, 1, 2)]
-    runtime = SimpleNamespace(plan=SimpleNamespace(slices=slices))
+    runtime = SimpleNamespace(plan=WavePlan(devices=4, waves=1, slices=tuple(slices), sync_groups=(), programs=()))
     tags = [WaveRuntime._tag(runtime, kind, sender, receiver, mb, part)
             for kind in ("activation", "gradient") for sender in range(4) for receiver in range(4)
             for mb in range(slices[sender].micro_batches) for part in range(8)]

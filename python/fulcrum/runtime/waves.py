@@ -15,6 +15,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping, Sequence, Union
 
 import torch
@@ -61,6 +62,11 @@ class WavePlan:
     slices: tuple
     sync_groups: tuple
     programs: tuple = field(repr=False)
+
+    @cached_property
+    def most_micro_batches(self) -> int:
+        """The most micro-batches any slice runs (message tags count micro-batches against it)."""
+        return max(s.micro_batches for s in self.slices)
 
     @classmethod
     def from_json(cls, document: Union[str, Mapping[str, Any]], where: str = "schedule") -> "WavePlan":
@@ -305,8 +311,7 @@ class WaveRuntime:
         so routes of slices with other micro-batch counts never share one."""
         n = len(self.plan.slices)
         key = ((kind == "gradient") * n + sender) * n + receiver
-        most = max(s.micro_batches for s in self.plan.slices)
-        return (key * most + mb) * 8 + part
+        return (key * self.plan.most_micro_batches + mb) * 8 + part
 
     # -- a step -------------------------------------------------------------------------------------------------
     def held_layers(self) -> list[tuple[int, int]]:
