@@ -125,6 +125,12 @@ TEST_F(Cli, BadInputTable) {
        R"({"fulcrum": 1, "name": "m", "components": [{"name": "llm", "role": "llm", "layers": [
            {"kind": "mamba", "hidden": 8}]}]})",
        "model --model {file}", "component 0 ('llm'): layer 0: unknown kind 'mamba'"},
+      {"model_json_two_llms",
+       R"({"fulcrum": 1, "name": "m", "components": [
+           {"name": "a", "role": "llm", "layers": [{"kind": "final_norm", "hidden": 8}]},
+           {"name": "b", "role": "llm", "layers": [{"kind": "final_norm", "hidden": 8}]}]})",
+       "plan --model {file} --cluster a100:8 --gbs 8 --quiet --out {out}",
+       "component 'b' is a second llm after 'a'; a model has one llm"},
       {"model_json_version", R"({"fulcrum": 2, "name": "m", "components": []})", "model --model {file}",
        "unsupported Fulcrum model version 2"},
       {"model_recompute_unknown", ok, "model --model llama-70b --recompute some", "--recompute"},

@@ -13,10 +13,30 @@
 
 namespace fulcrum {
 
+namespace {
+
+// Costs, partitions and schedules of a --model take its LLM as one chain that every encoder feeds. (A task
+// graph's model may hold several, one per task; it is read by task_graph.h.)
+ModelSpec with_one_llm(ModelSpec model, const std::string& file) {
+  const ComponentSpec* llm = nullptr;
+  for (const ComponentSpec& c : model.components) {
+    if (c.role != ComponentRole::kLlm) continue;
+    if (llm != nullptr) {
+      throw InputError(fmt::format("{}: component '{}' is a second llm after '{}'; a model has one llm (join "
+                                   "their layers, or give several tasks' models to fulcrum multitask --tasks)",
+                                   file, c.name, llm->name));
+    }
+    llm = &c;
+  }
+  return model;
+}
+
+}  // namespace
+
 ModelSpec model_from_file_text(std::string_view text, const std::string& file) {
   // The Fulcrum schema says so with its "fulcrum" key; no Hugging Face or open_clip config has one.
-  if (is_fulcrum_model_json(parse_json_document(text, file))) return model_from_json(text, file);
-  return model_from_hf_config(text, file);
+  if (is_fulcrum_model_json(parse_json_document(text, file))) return with_one_llm(model_from_json(text, file), file);
+  return with_one_llm(model_from_hf_config(text, file), file);
 }
 
 ModelSpec load_model(const std::string& preset_or_file) {

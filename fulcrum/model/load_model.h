@@ -13,7 +13,7 @@ namespace fulcrum {
 ModelSpec load_model(const std::string& preset_or_file);
 
 // A model file's text: the Fulcrum model schema when it has a "fulcrum" key (model_json.h), else a Hugging
-// Face / open_clip config (hf_config.h).
+// Face / open_clip config (hf_config.h). One component at most is the llm.
 ModelSpec model_from_file_text(std::string_view text, const std::string& file);
 
 }  // namespace fulcrum

@@ -265,3 +265,26 @@ def test_step_tokens_must_be_a_whole_count():
         with pytest.raises(TypeError, match="step_tokens must be a whole count"):
             runtime.step([batch], step_tokens=bad)
     assert runtime.step([batch], step_tokens=torch.tensor(4).item()).step_tokens == 4
+
+
+def test_parameters_outside_the_layers_are_named_in_a_warning():
+    import warnings
+
+    import torch.nn as nn
+
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(2, 2) for _ in range(2))
+
+    plan = fr.RuntimePlan.generate("1f1b", 2, 2, pp=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fr.Runtime(Chain(), plan, lambda out, labels: out[0].sum())
+    model = Chain()
+    model.temperature = nn.Parameter(torch.ones(1))  # beside the layers: no stage holds it
+    model.extra = nn.Linear(2, 2)
+    with pytest.warns(UserWarning, match=r"3 parameter\(s\) of the model are outside model.layers, so no stage "
+                                         r"trains them: temperature, extra.weight, extra.bias$"):
+        runtime = fr.Runtime(model, plan, lambda out, labels: out[0].sum())
+    assert {id(p) for p in runtime.parameters()} == {id(p) for layer in model.layers for p in layer.parameters()}

@@ -7,12 +7,13 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 from conftest import REPO
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 import fulcrum.profile as fp  # noqa: E402
 
@@ -179,8 +180,16 @@ def test_wave_plans_are_checked(tmp_path):
     example = sys.modules.setdefault("tiny_multitask_model", importlib.util.module_from_spec(spec))
     spec.loader.exec_module(example)
     graph = json.loads((work / "tasks.json").read_text())
-    with pytest.raises(ValueError, match="2 devices, but 1 ranks"):
-        fr.WaveRuntime(example.TinyMultitask(), graph, doc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every parameter of the example is in a component: no warning
+        with pytest.raises(ValueError, match="2 devices, but 1 ranks"):
+            fr.WaveRuntime(example.TinyMultitask(), graph, doc)
+    # A parameter beside the components would never be trained: said before anything else is checked.
+    with_scale = example.TinyMultitask()
+    with_scale.logit_scale = torch.nn.Parameter(torch.ones(1))
+    with pytest.warns(UserWarning, match="1 parameter.* outside the components the task graph names.*logit_scale"):
+        with pytest.raises(ValueError, match="2 devices, but 1 ranks"):
+            fr.WaveRuntime(with_scale, graph, doc)
 
     # Without its gradient sync the schedule is well formed, but the copies of every shared layer would train apart.
     from fulcrum.runtime.waves import check_copies_synchronised

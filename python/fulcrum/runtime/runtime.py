@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from fulcrum.runtime.coverage import warn_parameters_outside
 from fulcrum.runtime.encoder import EncoderStage
 from fulcrum.runtime.executor import ScheduleExecutor
 from fulcrum.runtime.plan import PlanSource, RuntimePlan
@@ -94,6 +95,7 @@ class Runtime:
                              f"but {self.world_size} are running")
         if micro_batches is not None and micro_batches != p.micro_batches:
             raise ValueError(f"micro_batches {micro_batches} differs from the plan's {p.micro_batches}")
+        warn_parameters_outside(model, model.layers, "model.layers")
         self.pipeline_rank, self.dp_rank = divmod(self.rank, p.dp)
         self.loss_fn, self.labels_key, self.ignore_index = loss_fn, labels_key, ignore_index
         self.timeline = Timeline(timeline)

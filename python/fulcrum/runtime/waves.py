@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from fulcrum import _core
+from fulcrum.runtime.coverage import warn_parameters_outside
 from fulcrum.runtime.executor import _HEADER, _buffers, message_parts
 from fulcrum.runtime.plan import read_schedule
 from fulcrum.runtime.replicas import broadcast_from
@@ -186,6 +187,8 @@ class WaveRuntime:
         for name in self.component_names:
             if name not in model.components:
                 raise ValueError(f"the model has no component {name!r}, which the task graph names")
+        warn_parameters_outside(model, (layer for n in self.component_names for layer in model.components[n]),
+                                "the components the task graph names")
         check_copies_synchronised(p, model_doc, model.components)
         check_tasks_run(p, task_graph, model.components)
         initialized = dist.is_available() and dist.is_initialized()
