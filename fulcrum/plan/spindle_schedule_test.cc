@@ -326,6 +326,61 @@ TEST(WavesSchedule, SyncAllReducesOnSharedCoresTakeTheirTimeFromCompute) {
   EXPECT_GE(started.iteration_seconds, on_compute.iteration_seconds + kStart * (1 - 1e-9));
 }
 
+// A device's all-reduces run one at a time in its program's order, as on one NCCL stream, even where a group it
+// reaches later has all its devices there before an earlier one does (simulated out of that order, the later
+// one started early and pushed the earlier past it).
+TEST(WavesSchedule, EachDeviceRunsItsAllReducesOneAtATimeInItsProgramsOrder) {
+  Planned p("multitask-clip-10", "a800:32");
+  SimOptions timed;
+  timed.timeline = true;
+  for (const std::vector<PlannedWave>& waves : {p.plan.waves, sequential_waves(p.in, p.plan),
+                                                per_task_waves(p.in, p.plan), task_greedy_waves(p.in, p.plan)}) {
+    const Schedule s = waves_schedule(p.in, p.plan.graph, waves);
+    const SimResult r = simulate(s, p.graph.model, p.cluster, p.cost, p.in.efficiency, MicroBatchLoads{}, timed);
+    std::vector<std::vector<const TimelineEvent*>> ran(s.programs.size());
+    for (const TimelineEvent& e : r.timeline) {
+      if (e.stream == TimelineEvent::Stream::kCollective && e.op == OpKind::kCollective && e.stage >= 0) {
+        ran[e.rank].push_back(&e);
+      }
+    }
+    for (size_t d = 0; d < s.programs.size(); ++d) {
+      std::vector<int32_t> issued;
+      for (const Instruction& in : s.programs[d].instructions) {
+        if (in.op == OpKind::kCollective) issued.push_back(in.stage);
+      }
+      std::stable_sort(ran[d].begin(), ran[d].end(), [](const TimelineEvent* a, const TimelineEvent* b) {
+        return a->start_seconds < b->start_seconds;
+      });
+      ASSERT_EQ(ran[d].size(), issued.size()) << "device " << d;
+      for (size_t i = 0; i < issued.size(); ++i) {
+        EXPECT_EQ(ran[d][i]->stage, issued[i]) << "device " << d << ", all-reduce " << i;
+        if (i > 0) EXPECT_GE(ran[d][i]->start_seconds, ran[d][i - 1]->end_seconds - 1e-12) << "device " << d;
+      }
+    }
+  }
+}
+
+// A wave boundary orders a device's own work and waits for no other device, as WaveRuntime runs it: a device
+// whose inputs for the next wave are there starts it while a slower slice of the wave before is still running.
+TEST(WavesSchedule, ADeviceGoesOnToItsNextWaveWithoutWaitingForTheOthers) {
+  Planned p("multitask-clip-10", "a800:32");
+  const Schedule s = waves_schedule(p.in, p.plan.graph, p.plan.waves);
+  ASSERT_GT(s.tasks.waves, 1);
+  SimOptions timed;
+  timed.timeline = true;
+  const SimResult r = simulate(s, p.graph.model, p.cluster, p.cost, p.in.efficiency, MicroBatchLoads{}, timed);
+  std::vector<double> last_end(s.tasks.waves, 0.0), first_start(s.tasks.waves, r.iteration_seconds);
+  for (const TimelineEvent& e : r.timeline) {
+    if (e.stream != TimelineEvent::Stream::kCompute || e.op != OpKind::kForward) continue;
+    const int wave = s.tasks.slices.at(e.stage).wave;
+    last_end[wave] = std::max(last_end[wave], e.end_seconds);
+    first_start[wave] = std::min(first_start[wave], e.start_seconds);
+  }
+  int early = 0;
+  for (int w = 1; w < s.tasks.waves; ++w) early += first_start[w] < last_end[w - 1] ? 1 : 0;
+  EXPECT_GT(early, 0) << "every forward wave began after the whole wave before it";
+}
+
 // Two sync groups issued in one order on a device and in the other on another device they share would each
 // wait for the other under NCCL.
 TEST(WavesSchedule, SyncGroupsIssuedInOppositeOrdersAreADeadlock) {

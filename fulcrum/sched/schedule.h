@@ -57,7 +57,7 @@ enum class OpKind : uint8_t {
   kRecv,            // waits for the matching send's data
   kCollective,      // a collective of the stage's parameters or gradients over a device group
   kEncoderKernels,  // kernels [kernel_begin, kernel_end) of one encoder layer's pass, placed in a bubble
-  kWaveBoundary,    // every rank finishes wave `wave` before any starts the next
+  kWaveBoundary,    // the end of wave `wave` in this rank's order; it waits for no other rank
   kAllocate,        // a buffer of `bytes` held from here ...
   kFree,            // ... to here (buffer named by `buffer`)
 };

@@ -595,9 +595,6 @@ class Validator {
       return send ? sent_at(in.payload, in.stage, in.micro_batch) : sent_at(in.payload, in.peer_stage, in.micro_batch);
     };
     std::vector<size_t> pc(pp, 0);
-    std::vector<int> arrived;  // ranks at each wave boundary position, by order of crossing
-    std::vector<size_t> crossed(pp, 0);
-    arrival_marks_.assign(pp, {});
     bool progress = true;
     while (progress) {
       progress = false;
@@ -607,16 +604,6 @@ class Validator {
           const Instruction& in = program[pc[r]];
           if (in.op == OpKind::kRecv) {
             if (!slot_of(in)) break;
-          } else if (in.op == OpKind::kWaveBoundary) {
-            const size_t k = crossed[r];
-            if (arrived.size() <= k) arrived.resize(k + 1, 0);
-            if (!arrived_marked(r, k)) {  // count each rank once per boundary
-              mark_arrived(r, k);
-              ++arrived[k];
-              progress = true;
-            }
-            if (arrived[k] < pp) break;
-            ++crossed[r];
           } else if (in.op == OpKind::kSend) {
             slot_of(in) = 1;
           }
@@ -637,14 +624,6 @@ class Validator {
     }
   }
 
-  bool arrived_marked(int r, size_t k) const {
-    return k < arrival_marks_[r].size() && arrival_marks_[r][k];
-  }
-  void mark_arrived(int r, size_t k) {
-    if (arrival_marks_[r].size() <= k) arrival_marks_[r].resize(k + 1, false);
-    arrival_marks_[r][k] = true;
-  }
-
   const Schedule& s_;
   const std::string& where_;
   std::vector<uint8_t> state_;
@@ -662,7 +641,6 @@ class Validator {
   std::map<std::tuple<int, int, int>, int> forward_layers_, backward_layers_;
   std::map<std::pair<int, int>, int> backwards_begun_;  // (pipeline, stage) → micro-batches whose backward began
   std::set<std::pair<int, int>> reduced_;               // (pipeline, stage) whose gradients were reduced
-  std::vector<std::vector<bool>> arrival_marks_;
 };
 
 }  // namespace

@@ -18,8 +18,8 @@ namespace fulcrum {
 //     sends was computed; gradient collectives after the stage's last backward;
 //   - sends and receives match one to one, buffers are allocated once and freed once, every rank crosses the
 //     same wave boundaries in the same order;
-//   - freedom from deadlock: executing the programs with sends that never block and receives and wave
-//     boundaries that wait, every rank reaches its end (otherwise the message names the waiting ranks).
+//   - freedom from deadlock: executing the programs with sends that never block, receives that wait and wave
+//     boundaries that do not, every rank reaches its end (otherwise the message names the waiting ranks).
 // Linear in the number of instructions. A schedule with a multitask section is checked by validate_multitask.
 void validate(const Schedule& schedule, const std::string& where = "schedule");
 

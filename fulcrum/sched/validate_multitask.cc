@@ -267,13 +267,11 @@ class MultitaskValidator {
     }
   }
 
-  // The programs run with receives waiting for every sending device and boundaries for every device.
+  // The programs run with receives waiting for every sending device; a boundary waits for nothing.
   void check_deadlock() {
     const int pp = s_.layout.pp;
     std::map<std::tuple<int, int, int>, int> sent;
     std::vector<size_t> pc(pp, 0);
-    std::vector<int> arrived;
-    std::vector<int> at_boundary(pp, -1);
     bool progress = true;
     while (progress) {
       progress = false;
@@ -285,14 +283,6 @@ class MultitaskValidator {
             const std::tuple<int, int, int> key{in.payload == Payload::kActivation ? 0 : 1, in.peer_stage, in.stage};
             const auto it = sent.find(key);
             if (it == sent.end() || it->second < static_cast<int>(t_.slices[in.peer_stage].devices.size())) break;
-          } else if (in.op == OpKind::kWaveBoundary) {
-            if (arrived.size() <= static_cast<size_t>(in.wave)) arrived.resize(in.wave + 1, 0);
-            if (at_boundary[r] != in.wave) {
-              at_boundary[r] = in.wave;
-              ++arrived[in.wave];
-              progress = true;
-            }
-            if (arrived[in.wave] < pp) break;
           } else if (in.op == OpKind::kSend) {
             ++sent[{in.payload == Payload::kActivation ? 0 : 1, in.stage, in.peer_stage}];
           }

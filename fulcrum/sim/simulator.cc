@@ -197,12 +197,11 @@ struct Device {
   double last_pass_end = 0;
   double grads_ready = 0;         // end of the last gradient collective
   int64_t collectives_seen = 0;
-  size_t waves_crossed = 0;
-  bool at_wave = false;
   bool waiting = false;
   double activation_bytes = 0;
   double peak_bytes = 0;
   std::vector<std::deque<int64_t>> pending_gathers;  // per stage of the rank: collective indices not yet used
+  std::deque<int> sync_pending;   // multitask: sync groups reached and not yet started, in program order
   TimeBreakdown time;
   // With an encoder section, the rank's tensor slices run their own encoder pipelines: compute_free is slice 0's
   // compute stream (the device whose time is broken down), slice_free[b] slice b's for b ≥ 1. An LLM pass takes
@@ -814,13 +813,11 @@ class Simulator {
   std::map<std::tuple<int, int, int, int, int>, std::pair<int, int>> encoder_kernels_run_;
 
   // Puts idle time before a compute-stream interval starting at `start` into its cause.
-  void account_gap(Device& dev, double start, bool gather_bound, bool wave) {
+  void account_gap(Device& dev, double start, bool gather_bound) {
     const double gap = start - dev.compute_free;
     if (gap <= 0) return;
     if (gather_bound) {
       dev.time.dp_comm += gap;
-    } else if (wave) {
-      dev.time.pp_other += gap;
     } else if (!dev.any_compute) {
       dev.time.pp_warmup += gap;
     } else if (dev.forwards_done == dev.forwards_total) {
@@ -929,7 +926,7 @@ class Simulator {
       const double contention = s_.encoder.collective_slowdown * p.comm;
       if (overrun > 0 || contention > 0) {
         const double from = std::max(free, dev.pass_end);
-        if (b == 0) account_gap(dev, from, false, false);
+        if (b == 0) account_gap(dev, from, false);
         free = from + overrun + contention;
       }
       end = (overrun > 0 ? free - contention : finish) + p.comm;
@@ -940,7 +937,7 @@ class Simulator {
     } else {
       start = std::max(free, ready);
       if (b == 0) {
-        account_gap(dev, start, false, false);
+        account_gap(dev, start, false);
         dev.time.compute += p.compute;
         dev.time.tp_comm += p.comm;
       }
@@ -1028,7 +1025,7 @@ class Simulator {
             end = start + seconds;
             const double lost = cluster_.device.communication_compute_slowdown * seconds;
             if (!encoder || slice_of(in) == 0) {
-              account_gap(dev, start, false, false);
+              account_gap(dev, start, false);
               dev.time.pp_other += lost;
             }
             free = start + lost;
@@ -1081,7 +1078,7 @@ class Simulator {
               return;
             }
             const double start = std::max(dev.compute_free, c.end - collective_duration(in));
-            account_gap(dev, start, true, false);
+            account_gap(dev, start, true);
             const double lost = collective_compute_loss(c.end - start);
             dev.time.dp_comm += lost;
             dev.compute_free = start + lost;
@@ -1118,7 +1115,7 @@ class Simulator {
           // An LLM pass takes every tensor slice: it waits for the encoder kernels each one runs.
           const double slices_free = busiest_cursor(dev);
           const double start = std::max({slices_free, dev.ready, gathered});
-          account_gap(dev, start, gathered > std::max(slices_free, dev.ready), false);
+          account_gap(dev, start, gathered > std::max(slices_free, dev.ready));
           const double end = std::max(start + p.total(), gather_end);
           dev.time.dp_comm += end - (start + p.total());
           dev.time.compute += p.compute;
@@ -1157,30 +1154,10 @@ class Simulator {
         case OpKind::kEncoderKernels:
           run_encoder_kernels(d, in);
           break;
-        case OpKind::kWaveBoundary: {
-          // A barrier over every device: all cross their k-th boundary together.
-          const size_t k = dev.waves_crossed;
-          if (waves_.size() <= k) waves_.resize(k + 1);
-          WaveState& w = waves_[k];
-          if (!dev.at_wave) {
-            dev.at_wave = true;
-            w.release = std::max(w.release, dev.compute_free);
-            if (++w.arrived == static_cast<int>(devices_.size())) {
-              for (size_t other = 0; other < devices_.size(); ++other) {
-                if (devices_[other].waiting) work.push_back(static_cast<int>(other));
-              }
-            }
-          }
-          if (w.arrived < static_cast<int>(devices_.size())) {
-            dev.waiting = true;
-            return;
-          }
-          account_gap(dev, w.release, false, true);
-          dev.compute_free = std::max(dev.compute_free, w.release);
-          dev.at_wave = false;
-          ++dev.waves_crossed;
+        case OpKind::kWaveBoundary:
+          // Orders the device's own work only, as the runtime runs it: every dependency across a boundary is a
+          // transfer (or on the same device), so no device waits for the others to reach it.
           break;
-        }
         case OpKind::kAllocate:
           dev.activation_bytes += static_cast<double>(in.bytes);
           note_memory(d, dev.compute_free);
@@ -1284,7 +1261,7 @@ class Simulator {
     const bool forward = in.op == OpKind::kForward;
     const PassSeconds& p = forward ? c.forward : c.backward;
     const double start = std::max(dev.compute_free, dev.ready);
-    account_gap(dev, start, false, false);
+    account_gap(dev, start, false);
     const double end = start + p.total();
     dev.time.compute += p.compute;
     dev.time.tp_comm += p.comm;
@@ -1346,14 +1323,40 @@ class Simulator {
   }
 
   // A sync group's all-reduce: once every device of the group has reached it, after the collectives each of
-  // them already runs; it never blocks a program. On cores it shares with compute, it takes slowdown × its
+  // them reached before it (a device's collectives run one at a time in its program's order, as on one
+  // communication stream); it never blocks a program. On cores it shares with compute, it takes slowdown × its
   // seconds and the cost of starting it from each member's compute, as the data-parallel all-reduce of a
   // pipeline does.
   void arrive_sync_group(int d, const Instruction& in, std::deque<int>& work) {
-    const SyncGroupSpec& group = s_.tasks.sync_groups[in.stage];
     CollectiveState& c = sync_groups_[in.stage];
     c.ready = std::max(c.ready, devices_[d].compute_free);
-    if (++c.arrived < static_cast<int>(group.devices.size())) return;
+    ++c.arrived;
+    devices_[d].sync_pending.push_back(in.stage);
+    // Programs reach their groups in one order (schedule.h), so the earliest group not yet started is first on
+    // every member's list once they have all reached it: starting groups only from the fronts cannot stall.
+    std::vector<int> candidates{devices_[d].sync_pending.front()};
+    while (!candidates.empty()) {
+      const int g = candidates.back();
+      candidates.pop_back();
+      const SyncGroupSpec& group = s_.tasks.sync_groups[g];
+      if (sync_groups_[g].resolved || sync_groups_[g].arrived < static_cast<int>(group.devices.size())) continue;
+      const bool first_everywhere = std::all_of(group.devices.begin(), group.devices.end(), [&](int m) {
+        return devices_[m].sync_pending.front() == g;
+      });
+      if (!first_everywhere) continue;
+      Instruction collective = in;
+      collective.stage = g;
+      start_sync_group(collective, work);
+      for (int m : group.devices) {
+        devices_[m].sync_pending.pop_front();
+        if (!devices_[m].sync_pending.empty()) candidates.push_back(devices_[m].sync_pending.front());
+      }
+    }
+  }
+
+  void start_sync_group(const Instruction& in, std::deque<int>& work) {
+    const SyncGroupSpec& group = s_.tasks.sync_groups[in.stage];
+    CollectiveState& c = sync_groups_[in.stage];
     double bytes = 0;
     for (const auto& [component, layer] : group.layers) {
       if (model_.components[component].trainable) {
@@ -1386,12 +1389,6 @@ class Simulator {
       if (m.waiting) work.push_back(member);
     }
   }
-
-  struct WaveState {
-    int arrived = 0;
-    double release = 0;
-  };
-  std::vector<WaveState> waves_;
 
   void resolve(int rank, int64_t k, const Instruction& in, std::deque<int>& work) {
     CollectiveState& c = collectives_[rank][k];

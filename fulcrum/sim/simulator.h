@@ -66,7 +66,7 @@ struct SimOptions {
 //   pp_warmup    waiting for the first input from the previous stage
 //   pp_cooldown  waiting for gradients after the device's last forward, and for the rest of its pipeline to
 //                finish its last backward
-//   pp_other     waiting for inputs or gradients in between (stage imbalance, dependencies), wave barriers,
+//   pp_other     waiting for inputs or gradients in between (stage imbalance, dependencies),
 //                and for slower stages' optimizer steps
 //   tp_comm      tensor- and context-parallel collectives inside layers (they block the compute stream)
 //   dp_comm      waiting for data-parallel collectives: parameter all-gathers before use, and the gradient
@@ -155,9 +155,10 @@ struct SimResult {
 // forward (or backward) over all its micro-batches on its share of the sequences; a slice's input is there when
 // every device of the sending slice has sent its share; each sync group all-reduces its layers' whole gradients
 // (a tensor-parallel share is less: an upper bound) on the collective stream once all its devices have
-// reached it (where communication shares the compute cores, also taking slowdown × its seconds and
-// collective_compute_seconds from each member's compute), and each device's optimizer step covers the parameters it keeps. A wave boundary is a
-// barrier that costs nothing. `loads` are not used.
+// reached it and finished the all-reduces they reached before it (where communication shares the compute
+// cores, also taking slowdown × its seconds and collective_compute_seconds from each member's compute), and
+// each device's optimizer step covers the parameters it keeps. A wave boundary orders a device's program and
+// waits for no other device, as the runtime (fulcrum.runtime.WaveRuntime) runs it. `loads` are not used.
 // Throws InputError when the loads do not fit the schedule or the model does not fit the stages.
 SimResult simulate(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,
                    const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,
