@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -924,6 +925,76 @@ TEST_F(Cli, MultitaskRaisesTensorParallelismUntilThePlanFits) {
   EXPECT_GT(block_slices, 0);
   // The arrangements the planner compares are made with the same floor, and fit too (or say they do not).
   EXPECT_TRUE(j["baselines"]["sequential"]["fits"].get<bool>());
+}
+
+// Ten CLIP tasks on 8 A800s fit neither without recomputation nor with selective recomputation alone: every
+// arrangement recomputes fully the fewest sixteenths of each component's blocks that fit, the rest selectively.
+// The saved schedule says so, fits, and is faster than full recomputation; one sixteenth fewer does not fit.
+TEST_F(Cli, MultitaskRecomputesFullyTheFewestBlocksThatFit) {
+  const std::string file = (dir_ / "partial.schedule.json").string();
+  const Result r = run("multitask --tasks multitask-clip-10 --cluster a800:8 --json --schedule-of sequential "
+                       "--save-schedule " + file);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto sequential = nlohmann::json::parse(r.out)["baselines"]["sequential"];
+  ASSERT_EQ(sequential["recompute"], "partial");
+  ASSERT_TRUE(sequential["fits"].get<bool>());
+  const double share = sequential["recompute_full_share"].get<double>();
+  ASSERT_GT(share, 0);
+  ASSERT_LT(share, 1);
+  std::ifstream in(file);
+  const nlohmann::json saved = nlohmann::json::parse(in);
+  // The schedule's modes as (mode, count) runs: per component, none (embedding), full, selective, none (the rest).
+  std::vector<std::vector<int>> blocks;  // per component: full, selective
+  std::string previous = "none";
+  for (const auto& run_of : saved["recompute"]) {
+    const std::string mode = run_of[0];
+    const int count = run_of[1];
+    if (mode == "none") {
+      previous = mode;
+      continue;
+    }
+    if (previous == "none") blocks.push_back({0, 0});
+    EXPECT_FALSE(previous == "selective" && mode == "full") << "a block recomputed fully after selective ones";
+    blocks.back()[mode == "full" ? 0 : 1] += count;
+    previous = mode;
+  }
+  ASSERT_GE(blocks.size(), 6u);  // ImageBind's six towers
+  for (const auto& b : blocks) EXPECT_EQ(b[0], static_cast<int>(std::ceil(share * (b[0] + b[1]) - 1e-9)));
+
+  // The same schedule with `share` of each tower's blocks recomputed fully as `full_share` says.
+  const auto with_share = [&](double full_share, const std::string& name) {
+    nlohmann::json edited = saved;
+    nlohmann::json runs = nlohmann::json::array();
+    size_t component = 0;
+    std::string before = "none";
+    for (const auto& run_of : saved["recompute"]) {
+      const std::string mode = run_of[0];
+      if (mode == "none") {
+        runs.push_back(run_of);
+      } else if (before == "none") {
+        const int n = blocks[component][0] + blocks[component][1];
+        const int full = static_cast<int>(std::ceil(full_share * n - 1e-9));
+        if (full > 0) runs.push_back({"full", full});
+        if (n - full > 0) runs.push_back({"selective", n - full});
+        ++component;
+      }
+      before = mode;
+    }
+    edited["recompute"] = runs;
+    const fs::path path = dir_ / name;
+    std::ofstream(path) << edited.dump();
+    const Result loaded = run("multitask --tasks multitask-clip-10 --cluster a800:8 --json --load-schedule " +
+                              path.string());
+    EXPECT_EQ(loaded.status, 0) << loaded.err;
+    return nlohmann::json::parse(loaded.out);
+  };
+  const auto same = with_share(share, "same.json");
+  EXPECT_TRUE(same["fits"].get<bool>());
+  EXPECT_DOUBLE_EQ(same["iteration_seconds"].get<double>(), sequential["iteration_seconds"].get<double>());
+  EXPECT_FALSE(with_share(share - 1.0 / 16, "fewer.json")["fits"].get<bool>());
+  const auto full = with_share(1.0, "full.json");
+  EXPECT_TRUE(full["fits"].get<bool>());
+  EXPECT_GT(full["iteration_seconds"].get<double>(), 1.1 * sequential["iteration_seconds"].get<double>());
 }
 
 TEST_F(Cli, MultitaskBadInput) {

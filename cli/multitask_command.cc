@@ -19,6 +19,7 @@
 #include "fulcrum/plan/spindle_schedule.h"
 #include "fulcrum/report/html.h"
 #include "fulcrum/report/multitask_report.h"
+#include "fulcrum/sched/pipeline_schedules.h"
 #include "fulcrum/sched/schedule_json.h"
 #include "fulcrum/sched/validate.h"
 #include "fulcrum/sim/chrome_trace.h"
@@ -62,6 +63,8 @@ struct Timed {
   BaselineTimes estimate;
   SimResult simulated;
   Recompute recompute = Recompute::kNone;
+  // With recompute kFull: the sixteenths of each component's blocks recomputed fully, the rest selectively.
+  int full_sixteenths = 16;
   Schedule schedule;
 };
 
@@ -72,8 +75,16 @@ bool runs_better(const Timed& a, const Timed& b) {
   return a.simulated.iteration_seconds < b.simulated.iteration_seconds * (1 - 1e-9);
 }
 
-const char* recompute_label(Recompute r) {
-  return r == Recompute::kNone ? "none" : r == Recompute::kSelective ? "selective" : "full";
+const char* recompute_label(const Timed& t) {
+  if (t.recompute == Recompute::kFull && t.full_sixteenths < 16) return "partial";
+  return t.recompute == Recompute::kNone ? "none" : t.recompute == Recompute::kSelective ? "selective" : "full";
+}
+
+double full_share(const Timed& t) { return t.recompute == Recompute::kFull ? t.full_sixteenths / 16.0 : 0.0; }
+
+std::string recompute_text(const Timed& t) {
+  if (t.recompute != Recompute::kFull || t.full_sixteenths == 16) return recompute_label(t);
+  return fmt::format("full on the first {}/16 of each component's blocks, selective on the rest", t.full_sixteenths);
 }
 
 double peak_bytes(const SimResult& r) {
@@ -87,7 +98,8 @@ Json timed_json(const Timed& t) {
           {"mfu", t.simulated.mfu},
           {"peak_memory_bytes", peak_bytes(t.simulated)},
           {"fits", !t.simulated.oom},
-          {"recompute", recompute_label(t.recompute)},
+          {"recompute", recompute_label(t)},
+          {"recompute_full_share", full_share(t)},
           {"estimate", {{"iteration_seconds", t.estimate.iteration_seconds},
                         {"compute_seconds", t.estimate.compute_seconds},
                         {"gradient_sync_seconds", t.estimate.gradient_sync_seconds}}}};
@@ -183,16 +195,36 @@ Arrangements arrange(const MultitaskInputs& in, bool timeline) {
     SimOptions options;
     options.dtype = in.dtype;
     options.timeline = timeline;
-    Timed t{std::move(name), std::move(waves), estimate, {}, Recompute::kNone, {}};
-    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    Timed t;
+    t.name = std::move(name);
+    t.waves = std::move(waves);
+    t.estimate = estimate;
+    auto run = [&](Recompute r, int full_sixteenths) {
       t.recompute = r;
-      t.schedule = waves_schedule(in, plan.graph, t.waves, r);
+      t.full_sixteenths = full_sixteenths;
+      t.schedule = r == Recompute::kFull ? waves_schedule(in, plan.graph, t.waves,
+                                                          first_blocks_full(in.graph->model, full_sixteenths / 16.0))
+                                         : waves_schedule(in, plan.graph, t.waves, r);
       validate_planned(t.schedule, fmt::format("the {} arrangement's schedule", t.name));
       t.simulated = simulate(t.schedule, in.graph->model, *in.cluster, *in.cost, in.efficiency, MicroBatchLoads{},
                              options);
-      if (!t.simulated.oom) break;
+      return !t.simulated.oom;
+    };
+    if (run(Recompute::kNone, 16) || run(Recompute::kSelective, 16) || !run(Recompute::kFull, 16)) return t;
+    // Full recomputation fits and selective does not: the fewest blocks recomputed fully that fit, by bisection
+    // (memory falls as the share grows), as one lowers Megatron-LM's --recompute-num-layers until it runs out.
+    Timed fits = t;
+    int lo = 0, hi = 16;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (run(Recompute::kFull, mid)) {
+        hi = mid;
+        fits = t;
+      } else {
+        lo = mid;
+      }
     }
-    return t;
+    return fits;
   };
   const BaselineTimes estimate{.makespan_seconds = plan.makespan_seconds,
                                .compute_seconds = plan.compute_seconds,
@@ -295,7 +327,7 @@ void run(const MultitaskOptions& o) {
                               graph.tasks.size(), plan.graph.operators, plan.graph.ops.size(), plan.levels.size())},
         {"cluster", fmt::format("{}: {} × {}", o.cluster, cluster.devices, cluster.device.kind)},
         {"arrangement", fmt::format("{}, {} waves, recomputation {}, tensor parallelism of copied blocks at least {}",
-                                    chosen.name, chosen.waves.size(), recompute_label(chosen.recompute),
+                                    chosen.name, chosen.waves.size(), recompute_text(chosen),
                                     planned->min_tp)},
         {"iteration", fmt::format("{} simulated (the planner's estimate {})", human_seconds(iteration),
                                   human_seconds(chosen.estimate.iteration_seconds))},
@@ -369,7 +401,8 @@ void run(const MultitaskOptions& o) {
                    {"peak_memory_bytes", peak_bytes(simulated)},
                    {"usable_memory_bytes", simulated.usable_memory_bytes},
                    {"fits", !simulated.oom},
-                   {"recompute", recompute_label(chosen.recompute)},
+                   {"recompute", recompute_label(chosen)},
+                   {"recompute_full_share", full_share(chosen)},
                    {"estimate",
                     {{"iteration_seconds", chosen.estimate.iteration_seconds},
                      {"transfer_seconds", chosen.estimate.transfer_seconds},
@@ -399,7 +432,7 @@ void run(const MultitaskOptions& o) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   std::cout << fmt::format("  peak memory {:.1f} GiB of {:.1f} GiB usable{}, recomputation {}\n",
                            peak_bytes(simulated) / kGiB, simulated.usable_memory_bytes / kGiB,
-                           simulated.oom ? ": does not fit" : "", recompute_label(chosen.recompute));
+                           simulated.oom ? ": does not fit" : "", recompute_text(chosen));
   for (const auto& [name, b] : {std::pair<const char*, const Timed&>{"sequential", sequential},
                                 {"per-task", per_task},
                                 {"task-greedy", task_greedy}}) {

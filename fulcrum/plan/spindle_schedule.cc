@@ -1,6 +1,9 @@
 #include "fulcrum/plan/spindle_schedule.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <utility>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/sched/pipeline_schedules.h"
@@ -34,7 +37,17 @@ Instruction boundary(int wave) {
 
 Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves,
                         Recompute recompute) {
+  if (!in.graph) throw InputError("a multitask schedule needs its task graph and cluster");
+  return waves_schedule(in, graph, waves, block_recompute(in.graph->model, recompute));
+}
+
+Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves,
+                        std::vector<Recompute> layer_recompute) {
   if (!in.graph || !in.cluster) throw InputError("a multitask schedule needs its task graph and cluster");
+  if (static_cast<int64_t>(layer_recompute.size()) != flattened_layers(in.graph->model)) {
+    throw InputError(fmt::format("{} recomputation modes for the model's {} layers", layer_recompute.size(),
+                                 flattened_layers(in.graph->model)));
+  }
   if (waves.empty()) throw InputError("a multitask schedule needs at least one wave");
   const int devices = static_cast<int>(in.cluster->devices);
   Schedule s;
@@ -47,7 +60,7 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
   s.layout.state_sharding = in.state_sharding;
   s.micro_batches = 1;
   s.model_layers = flattened_layers(in.graph->model);
-  s.recompute = block_recompute(in.graph->model, recompute);
+  s.recompute = std::move(layer_recompute);
   MultitaskSection& t = s.tasks;
   t.waves = static_cast<int32_t>(waves.size());
   // Slices in wave order; each one's producers (the slices whose output it takes).

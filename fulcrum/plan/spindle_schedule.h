@@ -18,6 +18,9 @@ namespace fulcrum {
 // `recompute`: of every transformer block of every component (one mode for every task that runs it).
 Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves,
                         Recompute recompute = Recompute::kNone);
+// The same with a recomputation mode per flattened layer of the model (first_blocks_full, block_recompute).
+Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves,
+                        std::vector<Recompute> layer_recompute);
 
 }  // namespace fulcrum
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "fulcrum/core/error.h"
@@ -19,6 +20,24 @@ std::vector<Recompute> block_recompute(const ModelSpec& model, Recompute mode) {
   std::vector<Recompute> out;
   for (const ComponentSpec& c : model.components) {
     for (const LayerSpec& l : c.layers) out.push_back(l.kind == LayerKind::kTransformerBlock ? mode : Recompute::kNone);
+  }
+  return out;
+}
+
+std::vector<Recompute> first_blocks_full(const ModelSpec& model, double full_share) {
+  if (!(full_share >= 0 && full_share <= 1)) throw InputError(fmt::format("a share of {} is not in [0, 1]", full_share));
+  std::vector<Recompute> out;
+  for (const ComponentSpec& c : model.components) {
+    const int64_t blocks = c.transformer_blocks();
+    const auto full = static_cast<int64_t>(std::ceil(full_share * static_cast<double>(blocks) - 1e-9));
+    int64_t seen = 0;
+    for (const LayerSpec& l : c.layers) {
+      if (l.kind != LayerKind::kTransformerBlock) {
+        out.push_back(Recompute::kNone);
+      } else {
+        out.push_back(seen++ < full ? Recompute::kFull : Recompute::kSelective);
+      }
+    }
   }
   return out;
 }

@@ -28,6 +28,11 @@ int64_t flattened_layers(const ModelSpec& model);
 // norms, projectors and heads keep what they need, as in Megatron-LM, which recomputes transformer layers only).
 std::vector<Recompute> block_recompute(const ModelSpec& model, Recompute mode);
 
+// Every transformer block recomputed selectively, except the first ⌈full_share × n⌉ of each component's n blocks,
+// recomputed fully: Megatron-LM's --recompute-num-layers, component by component, for memory between selective
+// and full recomputation. full_share in [0, 1].
+std::vector<Recompute> first_blocks_full(const ModelSpec& model, double full_share);
+
 // Writes a pipeline schedule over `stages` (layout.pp × layout.vpp of them) for `micro_batches` micro-batches:
 //   gpipe        every forward, then every backward (vpp 1)
 //   1f1b         PipeDream-flush: rank r runs pp − r − 1 forwards, then alternates one forward and one backward,
