@@ -84,7 +84,8 @@ double full_share(const Timed& t) { return t.recompute == Recompute::kFull ? t.f
 
 std::string recompute_text(const Timed& t) {
   if (t.recompute != Recompute::kFull || t.full_sixteenths == 16) return recompute_label(t);
-  return fmt::format("full on the first {}/16 of each component's blocks, selective on the rest", t.full_sixteenths);
+  return fmt::format("full on the first {}/16 of each component's blocks (rounded up), selective on the rest",
+                     t.full_sixteenths);
 }
 
 double peak_bytes(const SimResult& r) {
@@ -162,8 +163,8 @@ void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const Cl
 }
 
 // Fulcrum's plan and the baselines at one least tensor parallelism (MultitaskInputs::min_tp), each run by the
-// simulator with the least recomputation of the transformer blocks (none, selective, full) that fits in memory
-// (full when none does).
+// simulator with the least recomputation of the transformer blocks that fits in memory (none, selective, full on
+// the fewest sixteenths of each component's blocks, the rest selective; full on all when none fits).
 struct Arrangements {
   int min_tp = 1;
   MultitaskPlan plan;

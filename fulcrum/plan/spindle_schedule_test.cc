@@ -216,6 +216,27 @@ TEST_F(BrokenWaves, AMissingSyncCollective) {
 
 // A shared layer whose copies no group all-reduces, or one all-reduced over fewer devices than hold it, is a
 // schedule that trains its copies apart: well formed, so validate() passes it, but the simulator knows the model.
+// The validator refuses a group issued twice or left out on a device; the simulator, run without it, fails
+// rather than time a step whose gradients were never all-reduced, or read past a device's list.
+TEST_F(BrokenWaves, ASyncCollectiveTwiceOrMissingNeverStartsInTheSimulator) {
+  ASSERT_FALSE(s_.tasks.sync_groups.empty());
+  for (const bool twice : {true, false}) {
+    Schedule s = s_;
+    auto& ins = s.programs[s_.tasks.sync_groups[0].devices[0]].instructions;
+    const auto c = std::find_if(ins.begin(), ins.end(), [](const Instruction& in) {
+      return in.op == OpKind::kCollective && in.stage == 0;
+    });
+    ASSERT_NE(c, ins.end());
+    if (twice) {
+      ins.insert(c, *c);
+    } else {
+      ins.erase(c);
+    }
+    EXPECT_FALSE(error_of(s).empty());
+    EXPECT_THAT(simulation_error_of(s), HasSubstr("is left waiting")) << (twice ? "twice" : "missing");
+  }
+}
+
 TEST_F(BrokenWaves, CopiesOfALayerThatNoSyncGroupKeepsEqual) {
   ASSERT_NO_THROW(p_.run(s_));
   ASSERT_FALSE(s_.tasks.sync_groups.empty());
@@ -354,7 +375,9 @@ TEST(WavesSchedule, EachDeviceRunsItsAllReducesOneAtATimeInItsProgramsOrder) {
       ASSERT_EQ(ran[d].size(), issued.size()) << "device " << d;
       for (size_t i = 0; i < issued.size(); ++i) {
         EXPECT_EQ(ran[d][i]->stage, issued[i]) << "device " << d << ", all-reduce " << i;
-        if (i > 0) EXPECT_GE(ran[d][i]->start_seconds, ran[d][i - 1]->end_seconds - 1e-12) << "device " << d;
+        if (i > 0) {
+          EXPECT_GE(ran[d][i]->start_seconds, ran[d][i - 1]->end_seconds - 1e-12) << "device " << d;
+        }
       }
     }
   }

@@ -99,7 +99,7 @@ std::string render_multitask_report(const MultitaskReport& r) {
     names.push_back(fmt::format("device {}", d));
   }
   body += idle_section_html(s, rows, "Busy (compute) and idle time by cause, per device; each bar sums to the "
-                                     "iteration (waiting at wave boundaries counts as pipeline other).");
+                                     "iteration (waiting for another slice's output counts as pipeline other).");
   body += memory_section_html(s, names, "Memory per device",
                               "Peak memory of each device: the parameters, gradients and optimizer state of the "
                               "layers its slices run, then the activations held at the peak.");

@@ -562,7 +562,7 @@ class Validator {
     }
   }
 
-  // Runs the programs with receives and wave boundaries as the only waits.
+  // Runs the programs with receives as the only waits.
   void check_deadlock() {
     const int pp = s_.layout.pp;
     const int stages = s_.layout.stages();

@@ -1332,8 +1332,9 @@ class Simulator {
     c.ready = std::max(c.ready, devices_[d].compute_free);
     ++c.arrived;
     devices_[d].sync_pending.push_back(in.stage);
-    // Programs reach their groups in one order (schedule.h), so the earliest group not yet started is first on
-    // every member's list once they have all reached it: starting groups only from the fronts cannot stall.
+    // Programs reach their groups in one order (validate_multitask.cc refuses two devices that issue two groups
+    // in opposite orders), so the earliest group not yet started is first on every member's list once they
+    // have all reached it: starting groups only from the fronts cannot stall. execute() fails if one is left.
     std::vector<int> candidates{devices_[d].sync_pending.front()};
     while (!candidates.empty()) {
       const int g = candidates.back();
@@ -1341,7 +1342,7 @@ class Simulator {
       const SyncGroupSpec& group = s_.tasks.sync_groups[g];
       if (sync_groups_[g].resolved || sync_groups_[g].arrived < static_cast<int>(group.devices.size())) continue;
       const bool first_everywhere = std::all_of(group.devices.begin(), group.devices.end(), [&](int m) {
-        return devices_[m].sync_pending.front() == g;
+        return !devices_[m].sync_pending.empty() && devices_[m].sync_pending.front() == g;
       });
       if (!first_everywhere) continue;
       Instruction collective = in;
@@ -1477,6 +1478,19 @@ class Simulator {
       if (devices_[d].pc < s_.programs[d % pp_].instructions.size()) {
         fail("the schedule deadlocks: replica {} rank {} waits at instruction {} ({})", d / pp_, d % pp_,
              devices_[d].pc, op_kind_name(s_.programs[d % pp_].instructions[devices_[d].pc].op));
+      }
+    }
+    // Only a schedule that skipped validate() fails here: a group some member never reaches, or reaches twice.
+    for (int d = 0; d < device_count; ++d) {
+      if (devices_[d].sync_pending.empty()) continue;
+      const int g = devices_[d].sync_pending.front();
+      fail("sync group {} is left waiting on device {} ({} arrivals for its {} devices): a device does not reach it, "
+           "reaches it twice, or waits at a group before it that never starts", g, d, sync_groups_[g].arrived,
+           s_.tasks.sync_groups[g].devices.size());
+    }
+    for (size_t g = 0; g < sync_groups_.size(); ++g) {
+      if (!sync_groups_[g].resolved && !s_.tasks.sync_groups[g].devices.empty()) {
+        fail("sync group {} is left waiting: no device of it reaches it", g);
       }
     }
     check_encoder_complete();

@@ -284,6 +284,7 @@ def test_parameters_outside_the_layers_are_named_in_a_warning():
     model = Chain()
     model.temperature = nn.Parameter(torch.ones(1))  # beside the layers: no stage holds it
     model.extra = nn.Linear(2, 2)
+    model.frozen = nn.Parameter(torch.ones(1), requires_grad=False)  # frozen: nothing to lose, not named
     with pytest.warns(UserWarning, match=r"3 parameter\(s\) of the model are outside model.layers, so no stage "
                                          r"trains them: temperature, extra.weight, extra.bias$"):
         runtime = fr.Runtime(model, plan, lambda out, labels: out[0].sum())
