@@ -12,9 +12,9 @@ namespace fulcrum {
 namespace {
 
 DeviceEfficiency kind_efficiency(const std::string& kind) {
-  if (kind == "a100" || kind == "a800") return {0.75, 0.60, 0.85, 0.75, 10e-6};
-  if (kind == "h100" || kind == "h200") return {0.55, 0.50, 0.80, 0.75, 10e-6};
-  if (kind == "cpu") return {0.50, 0.33, 0.60, 0.50, 50e-6};
+  if (kind == "a100" || kind == "a800") return {0.75, 0.60, 0.85, 0.75, 10e-6, 15e-6};
+  if (kind == "h100" || kind == "h200") return {0.55, 0.50, 0.80, 0.75, 10e-6, 15e-6};
+  if (kind == "cpu") return {0.50, 0.33, 0.60, 0.50, 50e-6, 0};
   return {};
 }
 
@@ -23,6 +23,7 @@ DeviceEfficiency kind_efficiency(const std::string& kind) {
 DeviceEfficiency efficiency_for(const DeviceSpec& device) {
   DeviceEfficiency e = kind_efficiency(device.kind);
   if (device.collective_latency_seconds > 0) e.collective_latency_seconds = device.collective_latency_seconds;
+  if (device.kernel_launch_seconds >= 0) e.launch_seconds = device.kernel_launch_seconds;
   return e;
 }
 
@@ -79,16 +80,16 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
 
   LayerCost out;
   auto add_compute = [&](const std::string& name, double flops, double peak, double memory_bytes,
-                         double efficiency) {
+                         double efficiency, int launches = 1) {
     Kernel k{name + suffix, Kernel::Kind::kCompute, flops, memory_bytes, 0,
-             compute_seconds(flops, peak, memory_bytes, efficiency)};
+             compute_seconds(flops, peak, memory_bytes, efficiency), launches};
     out.flops += flops;
     out.seconds += k.seconds;
     out.kernels.push_back(std::move(k));
   };
   auto add_collective = [&](const std::string& name, double bytes_sent) {
     if (tp <= 1) return;
-    Kernel k{name, Kernel::Kind::kCommunication, 0, 0, bytes_sent, collective_seconds(bytes_sent, tp)};
+    Kernel k{name, Kernel::Kind::kCommunication, 0, 0, bytes_sent, collective_seconds(bytes_sent, tp), 1};
     out.seconds += k.seconds;
     out.kernels.push_back(std::move(k));
   };
@@ -106,14 +107,16 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
     }
   };
   // A matmul of `in` features to `out_local` on this device over T tokens: weights, input and output traffic.
-  auto local_matmul = [&](const std::string& name, double in, double out_local) {
+  // `parts`: the separate matmuls it stands for (a gated MLP's gate and up projections); its weight gradient
+  // also sums each part's bias over the tokens, another launch.
+  auto local_matmul = [&](const std::string& name, double in, double out_local, bool bias = false, int parts = 1) {
     const double flops = 2 * t * in * out_local;
     const double bytes = in_bytes * (in * out_local + t * in) + element_bytes * t * out_local;
-    add_compute(name, flops, matmul_peak, bytes, efficiency_.matmul);
+    add_compute(name, flops, matmul_peak, bytes, efficiency_.matmul, parts * (weight_pass && bias ? 2 : 1));
   };
   // The same, sharded `tp` ways along its outputs (or, equivalently for the cost, its inputs).
-  auto matmul = [&](const std::string& name, double in, double out_features) {
-    local_matmul(name, in, out_features / tp);
+  auto matmul = [&](const std::string& name, double in, double out_features, bool bias = false, int parts = 1) {
+    local_matmul(name, in, out_features / tp, bias, parts);
   };
   // The context-parallel ring: cp − 1 steps, each sending one block of `block_bytes` to the next device.
   auto add_ring = [&](const std::string& name, double block_bytes) {
@@ -121,7 +124,7 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
     const double steps = cp - 1;
     const double step_seconds = efficiency_.collective_latency_seconds +
                                 block_bytes / (link_bytes_per_second(tp * cp) * efficiency_.link);
-    Kernel k{name, Kernel::Kind::kCommunication, 0, 0, steps * block_bytes, steps * step_seconds};
+    Kernel k{name, Kernel::Kind::kCommunication, 0, 0, steps * block_bytes, steps * step_seconds, cp - 1};
     out.seconds += k.seconds;
     out.kernels.push_back(std::move(k));
   };
@@ -150,7 +153,7 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
         add_ring("cp_kv_exchange", kv_block_bytes);
         const double backward = pass == Pass::kBackwardInput ? 2 : 1;
         add_compute("attention", attention_flops * backward, attention_peak, attention_bytes * backward,
-                    efficiency_.attention);
+                    efficiency_.attention, pass == Pass::kBackwardInput ? 4 : 1);
         if (pass == Pass::kBackwardInput) add_ring("cp_dkv_exchange", kv_block_bytes);
       };
       const bool selective_only = pass == Pass::kRecompute && work.recompute == Recompute::kSelective;
@@ -158,21 +161,23 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
         attention();
         break;
       }
+      const bool gated = l.mlp != MlpKind::kGelu;
       enter_region();
-      local_matmul("qkv", h, q / tp + 2 * kv / kv_shards);
+      local_matmul("qkv", h, q / tp + 2 * kv / kv_shards, l.qkv_bias);
       if (full_pass) attention();
-      matmul("out_proj", q, h);
+      matmul("out_proj", q, h, l.linear_bias);
       leave_region();
       enter_region();
-      matmul("mlp_in", h, mlp_in);
-      matmul("mlp_out", f, h);
+      matmul("mlp_in", h, mlp_in, l.linear_bias, gated ? 2 : 1);
+      matmul("mlp_out", f, h, l.linear_bias);
       leave_region();
       if (full_pass) {
         const double replicated = sp ? tp : 1;
-        // Two norms (read and write), two residual adds (two reads, one write), the activation function.
+        // Two norms (read and write), two residual adds (two reads, one write), the activation function (and
+        // the gate's product).
         add_compute("elementwise", 0, attention_peak,
                     element_bytes * (4 * t * h / replicated + 6 * t * h / replicated + (mlp_in + f) * t / tp),
-                    efficiency_.memory);
+                    efficiency_.memory, gated ? 6 : 5);
       }
       break;
     }
@@ -183,7 +188,7 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
       double in = static_cast<double>(l.in_features);
       for (int64_t i = 0; i < l.projector_linears; ++i) {
         const double next = static_cast<double>(i + 1 == l.projector_linears ? l.hidden : l.ffn);
-        matmul("projector_" + std::to_string(i), in, next);
+        matmul("projector_" + std::to_string(i), in, next, l.linear_bias);
         in = next;
       }
       break;
@@ -203,6 +208,16 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
         add_compute("final_norm", 0, attention_peak, element_bytes * 2 * t * h / (sp ? tp : 1), efficiency_.memory);
       }
       break;
+  }
+  // The host issues the operators one after another while the device runs the earlier ones: when it is the slower,
+  // the device waits for it. The kernel is there whenever launches are priced (0 seconds when the host keeps up),
+  // so that a pass has the same kernels at every size.
+  if (efficiency_.launch_seconds > 0 && !out.kernels.empty()) {
+    int launches = 0;
+    for (const Kernel& k : out.kernels) launches += k.launches;
+    const double wait = std::max(0.0, launches * efficiency_.launch_seconds - out.seconds);
+    out.kernels.push_back({"host_wait" + suffix, Kernel::Kind::kCompute, 0, 0, 0, wait, 0});
+    out.seconds += wait;
   }
   return out;
 }

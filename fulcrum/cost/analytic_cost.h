@@ -14,6 +14,9 @@ struct DeviceEfficiency {
   double memory = 0.80;     // bandwidth-bound elementwise kernels
   double link = 0.75;       // collective bus bandwidth over the link's one-direction rate
   double collective_latency_seconds = 10e-6;
+  // The host's time to issue one operator (the framework's dispatch and the kernel launch): a pass's kernels
+  // cannot run faster than the host issues them. 0: never the bound.
+  double launch_seconds = 0;
 };
 
 // A100/A800: cuBLAS reaches ~75% of 312 TFLOP/s on large bf16 GEMMs and FlashAttention-2 ~60%. H100/H200: 55%
@@ -23,11 +26,24 @@ struct DeviceEfficiency {
 // within 14% (BENCHMARKS.md, "Simulator calibration"). NCCL ~75% of NVLink and the network; HBM 80–85%.
 // cpu: half of the FMA peak for GEMMs, a third for attention, 60% of memory bandwidth, slow loopback collectives.
 // A device's own collective_latency_seconds (a cluster file's measured fit) replaces its kind's latency.
+// launch_seconds, GPUs: 15 µs, eager PyTorch's host time per operator of a transformer block's forward and backward
+// measured on a server core (bench/launch_seconds.py: 14–24 µs over runs, BENCHMARKS.md; the CUDA launch itself
+// comes on top): what makes a small layer on a few sequences per device scale poorly (reference/spindle.md §5,
+// α). cpu: 0, the host is the device there and its dispatch is in the measured layer times. A device's own
+// kernel_launch_seconds (fulcrum.profile.measure_launch_seconds on the device) replaces its kind's.
 DeviceEfficiency efficiency_for(const DeviceSpec& device);
 
 // Time of layer work from a roofline: every compute kernel takes max(FLOPs / (peak × efficiency), bytes /
 // (memory bandwidth × efficiency)); a tensor-parallel collective takes latency + the ring algorithm's bytes
-// over the link (NVLink within a node, the network beyond). Kernels of a transformer block, per pass:
+// over the link (NVLink within a node, the network beyond). The host issues the pass's operators one after
+// another while the device runs the ones before: a pass takes at least its launches × launch_seconds, and where
+// the kernels are shorter than that a last kernel, host_wait (host_wait_dgrad, host_wait_wgrad), holds the
+// difference. The bound is per pass: the host does not run ahead from one layer into the next. Launches per transformer block
+// as eager PyTorch dispatches a pre-norm block (bench/launch_seconds.py): forward 10 (qkv, attention, out_proj,
+// mlp_in, mlp_out, two norms, two residual adds, the activation; a gated MLP one matmul and one product more),
+// input gradient 13 (attention's backward and its three layout copies 4, the norms, activation and residual
+// sums 5), weight gradient 8 (a matmul and a bias sum per linear with a bias). Kernels of a transformer block,
+// per pass:
 //   [all-gather (sequence parallel)] qkv, [cp_kv_exchange], attention, out_proj, [all-reduce or
 //   reduce-scatter], [all-gather] mlp_in, mlp_out, [all-reduce or reduce-scatter], elementwise (norms,
 //   residuals, activation)

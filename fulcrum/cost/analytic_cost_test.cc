@@ -114,6 +114,82 @@ TEST(AnalyticCost, BackwardPassesAndRecomputation) {
   EXPECT_FALSE(cost.prices_whole_backward());
 }
 
+// The operators each pass issues, as eager PyTorch dispatches a pre-norm GELU block with biases (counted by
+// fulcrum.profile.measure_launch_seconds, test_profile.py): forward 10, input gradient 13, weight gradient 8.
+int launches_of(const LayerCost& cost) {
+  int n = 0;
+  for (const Kernel& k : cost.kernels) n += k.launches;
+  return n;
+}
+
+TEST(AnalyticCost, APassTakesAtLeastTheHostsTimeToIssueItsOperators) {
+  ClusterSpec cluster = cluster_preset("h100:8");
+  cluster.device.bf16_flops_per_second = 100e12;
+  cluster.device.memory_bytes_per_second = 1e12;
+  const AnalyticCost roofline(cluster, {1.0, 1.0, 1.0, 1.0, 1e-6});
+  const AnalyticCost hosted(cluster, {1.0, 1.0, 1.0, 1.0, 1e-6, 10e-6});
+  LayerSpec big_vit = gpt3_block();  // a ViT's block: GELU, biases everywhere
+  big_vit.qkv_bias = true;
+  big_vit.linear_bias = true;
+  LayerSpec vit = big_vit;  // and a narrow one
+  vit.hidden = 64;
+  vit.heads = 4;
+  vit.kv_heads = 4;
+  vit.head_dim = 16;
+  vit.ffn = 256;
+  const TokenBatch four_tokens{1, 4, 16};
+  for (const auto& [pass, launches] : {std::pair{Pass::kForward, 10}, {Pass::kBackwardInput, 13},
+                                       {Pass::kBackwardWeight, 8}}) {
+    // Four tokens through a 64-wide block: every kernel far shorter than 10 µs, so the host sets the time.
+    const LayerCost tiny = hosted.layer_cost({&vit, pass, four_tokens, {1, false}});
+    const LayerCost tiny_roofline = roofline.layer_cost({&vit, pass, four_tokens, {1, false}});
+    EXPECT_EQ(launches_of(tiny), launches) << static_cast<int>(pass);
+    ASSERT_LT(tiny_roofline.seconds, launches * 10e-6);
+    EXPECT_DOUBLE_EQ(tiny.seconds, launches * 10e-6);
+    EXPECT_EQ(tiny.kernels.back().name.rfind("host_wait", 0), 0u) << tiny.kernels.back().name;
+    EXPECT_DOUBLE_EQ(tiny.kernels.back().seconds, launches * 10e-6 - tiny_roofline.seconds);
+    EXPECT_DOUBLE_EQ(tiny.flops, tiny_roofline.flops);
+    // 2,048 tokens: the kernels outlast the host, which then costs nothing; the kernels are the same ones.
+    const LayerCost big = hosted.layer_cost({&big_vit, pass, kOneSequence, {1, false}});
+    EXPECT_DOUBLE_EQ(big.seconds, roofline.layer_cost({&big_vit, pass, kOneSequence, {1, false}}).seconds);
+    EXPECT_DOUBLE_EQ(big.kernels.back().seconds, 0);
+    ASSERT_EQ(big.kernels.size(), tiny.kernels.size());
+    for (size_t i = 0; i < big.kernels.size(); ++i) EXPECT_EQ(big.kernels[i].name, tiny.kernels[i].name);
+  }
+  // Without biases the weight gradient sums none; a gated MLP issues its gate and up projections and the product
+  // apart; each tensor-parallel collective is an operator too.
+  LayerSpec plain = vit;
+  plain.qkv_bias = plain.linear_bias = false;
+  EXPECT_EQ(launches_of(hosted.layer_cost({&plain, Pass::kBackwardWeight, four_tokens, {1, false}})), 4);
+  LayerSpec gated = plain;
+  gated.mlp = MlpKind::kSwiGlu;
+  EXPECT_EQ(launches_of(hosted.layer_cost({&gated, Pass::kForward, four_tokens, {1, false}})), 12);
+  EXPECT_EQ(launches_of(hosted.layer_cost({&vit, Pass::kForward, four_tokens, {2, true}})), 10 + 4);
+  // A whole backward is its halves, each with its own wait.
+  const LayerCost whole = hosted.layer_cost({&vit, Pass::kBackward, four_tokens, {1, false}});
+  EXPECT_DOUBLE_EQ(whole.seconds, (13 + 8) * 10e-6);
+  const LayerCost input_half = hosted.layer_cost({&vit, Pass::kBackwardInput, four_tokens, {1, false}});
+  ASSERT_LT(input_half.kernels.size(), whole.kernels.size());
+  EXPECT_EQ(whole.kernels[input_half.kernels.size() - 1].name, "host_wait_dgrad");
+  EXPECT_EQ(whole.kernels.back().name, "host_wait_wgrad");
+  // The roofline alone adds no kernel.
+  const LayerCost plain_roofline = roofline.layer_cost({&vit, Pass::kForward, four_tokens, {1, false}});
+  EXPECT_EQ(plain_roofline.kernels.back().name, "elementwise");
+}
+
+// GPUs take eager PyTorch's measured host time per operator; the cpu kind none (its layer times are measured with
+// the dispatch in them); a cluster file's kernel_launch_seconds replaces either, 0 included.
+TEST(AnalyticCost, TheLaunchTimeIsTheKindsUnlessTheDeviceSaysOtherwise) {
+  EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("a800:8").device).launch_seconds, 15e-6);
+  EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("h100:8").device).launch_seconds, 15e-6);
+  EXPECT_DOUBLE_EQ(efficiency_for(cluster_preset("cpu:2").device).launch_seconds, 0);
+  DeviceSpec measured = cluster_preset("h100:8").device;
+  measured.kernel_launch_seconds = 4e-6;
+  EXPECT_DOUBLE_EQ(efficiency_for(measured).launch_seconds, 4e-6);
+  measured.kernel_launch_seconds = 0;  // a pass captured in a CUDA graph
+  EXPECT_DOUBLE_EQ(efficiency_for(measured).launch_seconds, 0);
+}
+
 TEST(AnalyticCost, TensorParallelismMustDivideTheHeads) {
   const AnalyticCost cost = round_device();
   const ModelSpec vit = model_preset("internvit-6b");  // 25 heads

@@ -24,6 +24,9 @@ struct Kernel {
   double memory_bytes = 0;         // device-memory traffic on this device
   double communication_bytes = 0;  // bytes this device sends in the collective (or point-to-point ring)
   double seconds = 0;
+  // The operators the host issues for it, one device kernel each: a fused kernel is 1, a norm-add-activation
+  // group its parts. The host's own time per operator bounds how short a pass can be (analytic_cost.h).
+  int launches = 1;
 };
 
 // What a layer's pass costs on one device of its tensor- and context-parallel group.

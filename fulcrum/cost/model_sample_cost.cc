@@ -23,6 +23,10 @@ namespace {
 
 constexpr int64_t kReferenceTokens = 4096;
 constexpr int64_t kReferenceImagePatches = 1024;
+// Vision costs are asked of this many tiles (or reference images) at once and divided: a micro-batch's many images
+// go through each layer in one pass, so a unit's cost is its share of a full pass, not one image's pass alone (which
+// the host's time to issue its operators can bound from below).
+constexpr int64_t kReferenceItems = 64;
 
 }  // namespace
 
@@ -45,19 +49,18 @@ ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost, 
   for (const ComponentSpec& c : model.components) {
     if (c.role == ComponentRole::kEncoder) {
       encoder = &c;
-      if (c.tokens_per_item > 0) {
-        const int64_t t = c.tokens_per_item;
-        per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t}, dtype);
-      } else {
-        const int64_t t = kReferenceImagePatches;
-        per_vision_unit_ += component_training_seconds(c, cost, {1, t, t * t}, dtype) / static_cast<double>(t);
-      }
+      const int64_t t = c.tokens_per_item > 0 ? c.tokens_per_item : kReferenceImagePatches;
+      const int64_t n = kReferenceItems;
+      const double seconds = component_training_seconds(c, cost, {n, n * t, n * t * t}, dtype) / static_cast<double>(n);
+      per_vision_unit_ += c.tokens_per_item > 0 ? seconds : seconds / static_cast<double>(t);
     } else if (c.role == ComponentRole::kProjector) {
       // A tile's tokens (or, per patch token, a reference sequence) after the encoder's merge.
       const bool tiled = encoder && encoder->tokens_per_item > 0;
       const int64_t in = tiled ? encoder->tokens_per_item : kReferenceTokens;
       const int64_t merged = std::max<int64_t>(1, in / std::max<int64_t>(1, encoder ? encoder->merge : 1));
-      const double seconds = component_training_seconds(c, cost, {1, merged, merged * merged}, dtype);
+      const int64_t n = kReferenceItems;
+      const double seconds =
+          component_training_seconds(c, cost, {n, n * merged, n * merged * merged}, dtype) / static_cast<double>(n);
       per_vision_unit_ += tiled ? seconds : seconds / static_cast<double>(in);
     }
   }

@@ -11,7 +11,8 @@ namespace fulcrum {
 // The balancer's SampleCost for any model, from a CostModel. The balancer asks millions of times, so the cost
 // model is asked once, at construction, for the seconds (forward and both backward passes, unsharded) of:
 //   one vision unit  a tile through each encoder (its fixed sequence) and its merged tokens through the
-//                    projector; or, for dynamic-resolution encoders, one patch token
+//                    projector; or, for dynamic-resolution encoders, one patch token; each its share of a pass
+//                    over 64 of them, as a micro-batch's images run
 //   one LLM token    the LLM's matmuls, per token of a 4,096-token reference micro-batch
 //   one t²           the LLM's attention, per squared sequence length
 // and a micro-batch's time is their sum weighted by its load, as FlopsSampleCost does with FLOPs. Only the

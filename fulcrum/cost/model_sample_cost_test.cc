@@ -68,6 +68,24 @@ TEST(ModelSampleCost, AsksEveryPassInTheGivenDtype) {
   EXPECT_THROW(ModelSampleCost(m, a100, Dtype::kFp8), InputError);  // no fp8 tensor cores
 }
 
+// A small encoder's pass over one image waits for the host to issue its operators (CLIP-L's 577 tokens on an A100),
+// a pass over a micro-batch's images does not: a tile costs its share of a full pass, so the host's bound does not
+// multiply with the images.
+TEST(ModelSampleCost, ATileCostsItsShareOfAPassNotAPassOfItsOwn) {
+  const ModelSpec llava = model_preset("llava-1.5-7b");
+  ClusterSpec roofline_only = cluster_preset("a100");
+  roofline_only.device.kernel_launch_seconds = 0;
+  const AnalyticCost hosted(cluster_preset("a100")), roofline(roofline_only);
+  const ComponentSpec& clip = llava.components[0];
+  ASSERT_GT(clip.tokens_per_item, 0);
+  const int64_t t = clip.tokens_per_item;
+  const TokenBatch one_image{1, t, t * t};
+  ASSERT_GT(component_training_seconds(clip, hosted, one_image, Dtype::kBf16),
+            1.5 * component_training_seconds(clip, roofline, one_image, Dtype::kBf16));
+  EXPECT_NEAR(ModelSampleCost(llava, hosted).seconds_per_vision_unit() /
+                  ModelSampleCost(llava, roofline).seconds_per_vision_unit(), 1.0, 0.02);
+}
+
 TEST(ModelSampleCost, NeedsAnLlm) {
   EXPECT_THROW(ModelSampleCost(model_preset("vit-3b"), FlopsOnlyCost()), InputError);
 }

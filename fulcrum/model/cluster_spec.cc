@@ -129,6 +129,8 @@ void read_device(const json& d, DeviceSpec& device, const std::string& where) {
       device.collective_compute_seconds = in_range(d, key, where, 0, 10);
     } else if (key == "collective_latency_seconds") {
       device.collective_latency_seconds = in_range(d, key, where, 1e-9, 10);
+    } else if (key == "kernel_launch_seconds") {
+      device.kernel_launch_seconds = in_range(d, key, where, 0, 0.1);
     } else {
       throw InputError(fmt::format("{}: unknown key '{}'", where, key));
     }

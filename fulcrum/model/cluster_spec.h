@@ -38,6 +38,9 @@ struct DeviceSpec {
   // Per-step latency of a collective or transfer (alpha of the alpha-beta model); 0: the kind's own
   // (analytic_cost.h). Measured by fitting collective times over message sizes (fulcrum.profile).
   double collective_latency_seconds = 0;
+  // The host's time to issue one operator of a layer pass (the framework's dispatch and the launch); below 0: the
+  // kind's own (analytic_cost.h), 0: never a bound (a pass captured in a CUDA graph). fulcrum.profile measures it.
+  double kernel_launch_seconds = -1;
 };
 
 // A training cluster: `devices` identical devices in nodes of `device.devices_per_node`, and the memory each
@@ -75,7 +78,7 @@ const std::vector<std::string>& cluster_kinds();
 // "memory_bytes_per_second": 1.2e10, "intra_node_bytes_per_second": 3e9}}. Device keys: kind,
 // bf16_flops_per_second, fp8_flops_per_second, memory_bytes, memory_bytes_per_second,
 // intra_node_bytes_per_second, inter_node_bytes_per_second, devices_per_node, communication_shares_compute,
-// communication_compute_slowdown and collective_compute_seconds (numbers >= 0).
+// communication_compute_slowdown, collective_compute_seconds and kernel_launch_seconds (numbers >= 0).
 // Unknown keys, missing rates and non-positive values are errors naming `file` and the key.
 ClusterSpec cluster_from_json(std::string_view text, const std::string& file);
 

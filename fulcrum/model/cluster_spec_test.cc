@@ -105,6 +105,14 @@ TEST(ClusterJson, CalibratedCpuPreset) {
                                      "cpu.json")
                        .device.collective_compute_seconds,
                    8e-4);
+  // The host's time per operator is the kind's own (below 0) unless measured; 0 is a measurement too.
+  EXPECT_LT(c.device.kernel_launch_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(cluster_from_json(R"({"preset": "h100:8", "device": {"kernel_launch_seconds": 6e-6}})", "g.json")
+                       .device.kernel_launch_seconds,
+                   6e-6);
+  EXPECT_DOUBLE_EQ(cluster_from_json(R"({"preset": "h100:8", "device": {"kernel_launch_seconds": 0}})", "g.json")
+                       .device.kernel_launch_seconds,
+                   0.0);
 }
 
 TEST(ClusterJson, BadInputNamesFileAndKey) {
@@ -130,6 +138,10 @@ TEST(ClusterJson, BadInputNamesFileAndKey) {
       {R"({"preset": "h100:8", "fulcrum": 2})", "c.json: unsupported format version 2"},
       {R"({"preset": "cpu:2", "device": {"collective_latency_seconds": 0}})",
        "c.json: device: collective_latency_seconds must be a number from 1e-09 to 10"},
+      {R"({"preset": "h100:8", "device": {"kernel_launch_seconds": -1}})",
+       "c.json: device: kernel_launch_seconds must be a number from 0 to 0.1"},
+      {R"({"preset": "h100:8", "device": {"kernel_launch_seconds": 1}})",
+       "c.json: device: kernel_launch_seconds must be a number from 0 to 0.1"},
       {R"({"preset": "cpu:2", "device": {"communication_compute_slowdown": -0.5}})",
        "c.json: device: communication_compute_slowdown must be a number from 0 to 100"},
       {R"({"preset": "cpu:2", "device": {"communication_compute_slowdown": "half"}})",

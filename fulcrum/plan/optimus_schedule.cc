@@ -211,8 +211,14 @@ class Builder {
     auto add = [&](int64_t group, double seconds, const Instruction& in) {
       items.push_back({group, seconds, next_order_++, in});
     };
+    // Where a kernel runs: a kernel that takes no time (a pass's host_wait when the host keeps up) runs where the
+    // kernel before it does, not in an LLM pass that starts the instant that one ends.
+    auto start_of = [&](size_t i) {
+      while (i > 0 && (*kernels)[i]->end_seconds <= (*kernels)[i]->start_seconds) --i;
+      return (*kernels)[i]->start_seconds;
+    };
     const double first_seconds = kernels ? kernels->front()->start_seconds : earliest;
-    const double last_seconds = kernels ? kernels->back()->start_seconds : earliest;
+    const double last_seconds = kernels ? start_of(kernels->size() - 1) : earliest;
     auto group_of = [&](double seconds) { return rp.group_at(seconds); };
     // Its input: from the previous encoder stage, or the gradient from the next one or from the LLM.
     if (!backward && e > 0) {
@@ -242,10 +248,10 @@ class Builder {
         continue;
       }
       for (int kk = 0; kk < counts[l];) {
-        const double at = (*kernels)[index + kk]->start_seconds;
+        const double at = start_of(index + kk);
         const int64_t group = rp.group_at(at);
         int end = kk + 1;
-        while (end < counts[l] && rp.group_at((*kernels)[index + end]->start_seconds) == group) ++end;
+        while (end < counts[l] && rp.group_at(start_of(index + end)) == group) ++end;
         range.kernel_begin = kk;
         range.kernel_end = end;
         range.inside_pass = group % 2 == 1;

@@ -389,3 +389,17 @@ def test_an_optimizer_step_is_timed_without_a_process_group():
     params = [torch.nn.Parameter(torch.randn(8))]
     times = fp.time_optimizer_step(params, warmup=1, repeats=2)
     assert len(times) == 2 and all(t > 0 for t in times)
+
+
+def test_the_host_time_per_operator_counts_what_a_block_dispatches():
+    """The block dispatches the operators the analytic model launches for a pre-norm GELU block with biases
+    (fulcrum/cost/analytic_cost.h): forward 10, input gradient 13, weight gradient 8; the loss's sum and its
+    gradient seed one each beside them. Its time over them is the host's time per operator."""
+    torch.set_num_threads(1)
+    m = fp.measure_launch_seconds(steps=20, repeats=3, warmup=3)
+    assert m.forward_operators == 10 + 1
+    assert m.backward_operators == 13 + 8 + 1
+    assert 0 < m.seconds_per_operator < 1e-2
+    assert m.seconds_per_operator == pytest.approx(m.step_seconds / 33)
+    with pytest.raises(ValueError, match="must be at least 1"):
+        fp.measure_launch_seconds(steps=0)
