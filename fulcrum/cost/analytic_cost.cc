@@ -79,6 +79,7 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
   const std::string suffix = pass == Pass::kBackwardInput ? "_dgrad" : (weight_pass ? "_wgrad" : "");
 
   LayerCost out;
+  out.kernels.reserve(12);  // a transformer block's pass with its collectives and the host's wait
   auto add_compute = [&](const std::string& name, double flops, double peak, double memory_bytes,
                          double efficiency, int launches = 1) {
     Kernel k{name + suffix, Kernel::Kind::kCompute, flops, memory_bytes, 0,

@@ -239,6 +239,8 @@ class Planner {
   Dataset synthetic_;
   const Dataset* data_ = nullptr;
   std::map<std::tuple<std::string, int, int>, LoadSet> loads_;  // (batcher, dp, micro-batches)
+  // Layer-pass prices per sampled step, shared by the configurations simulated on it (the steps in loads_ stay put).
+  mutable PassPriceMemo pass_prices_;
   int64_t llm_blocks_ = 0;
   int64_t all_blocks_ = 0;
   // Per flattened layer: an LLM layer Megatron-LM's pipeline layout has a symbol for (embedding, block, head).
@@ -808,6 +810,7 @@ class Planner {
     plan.samples_per_step = loads.samples_per_step;
     SimOptions options;
     options.dtype = r_.dtype;
+    options.memo = &pass_prices_;
     double sum = 0;
     for (size_t k = 0; k < steps.size(); ++k) {
       SimResult result =

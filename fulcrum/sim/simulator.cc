@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <list>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <tuple>
 #include <utility>
@@ -133,6 +136,8 @@ constexpr double kLogitBytes = 4;  // fp32 logits kept for the loss
 struct LayerClass {
   const LayerSpec* layer = nullptr;
   int component = 0;
+  // The recomputation modes its layers run with in this schedule (bit per Recompute): only those are priced.
+  unsigned recomputes = 0;
 };
 
 // Seconds of a pass split into kernels on the compute stream and layer collectives.
@@ -158,6 +163,68 @@ struct ClassCost {
   double model_flops = 0;
   double recompute_flops[3] = {0, 0, 0};
 };
+
+// Which of a ClassCost's prices are worked out (bits): the passes every schedule runs, and each recomputation.
+constexpr uint8_t kPricedPasses = 1;
+constexpr uint8_t priced_recompute(Recompute r) { return static_cast<uint8_t>(1u << static_cast<int>(r)); }
+
+}  // namespace
+
+struct PassPriceMemo::Key {
+  const MicroBatchLoads* loads = nullptr;
+  const ModelSpec* model = nullptr;
+  const CostModel* cost = nullptr;
+  int replicas = 0;
+  int micro_batches = 0;
+  Dtype dtype = Dtype::kBf16;
+  bool dropout = false;
+  std::vector<std::tuple<int, bool, int>> shardings;  // per component: tp, sequence parallel, cp
+
+  bool operator==(const Key& o) const {
+    return std::tie(loads, model, cost, replicas, micro_batches, dtype, dropout, shardings) ==
+           std::tie(o.loads, o.model, o.cost, o.replicas, o.micro_batches, o.dtype, o.dropout, o.shardings);
+  }
+};
+
+// (load index × classes + class) → prices, and which of them are worked out.
+struct PassPriceMemo::Table {
+  std::vector<ClassCost> costs;
+  std::vector<uint8_t> priced;
+};
+
+struct PassPriceMemo::Impl {
+  size_t max_tables = 0;
+  std::mutex mutex;
+  std::list<std::pair<Key, std::unique_ptr<Table>>> tables;  // most recently put first
+};
+
+PassPriceMemo::PassPriceMemo(size_t max_tables) : impl_(std::make_unique<Impl>()) {
+  impl_->max_tables = std::max<size_t>(1, max_tables);
+}
+
+PassPriceMemo::~PassPriceMemo() = default;
+
+std::unique_ptr<PassPriceMemo::Table> PassPriceMemo::take(const Key& key) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  for (auto it = impl_->tables.begin(); it != impl_->tables.end(); ++it) {
+    if (it->first == key) {
+      std::unique_ptr<Table> table = std::move(it->second);
+      impl_->tables.erase(it);
+      return table;
+    }
+  }
+  return nullptr;
+}
+
+void PassPriceMemo::put(const Key& key, std::unique_ptr<Table> table) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  // Another simulation of the same step may have put its own back meanwhile: the later one replaces it.
+  impl_->tables.remove_if([&](const auto& entry) { return entry.first == key; });
+  impl_->tables.emplace_front(key, std::move(table));
+  while (impl_->tables.size() > impl_->max_tables) impl_->tables.pop_back();
+}
+
+namespace {
 
 struct StageEntry {
   int cls = 0;
@@ -233,6 +300,11 @@ class Simulator {
   Simulator(const Schedule& s, const ModelSpec& model, const ClusterSpec& cluster, const CostModel& cost,
             const DeviceEfficiency& efficiency, const MicroBatchLoads& loads, const SimOptions& options)
       : s_(s), model_(model), cluster_(cluster), cost_(cost), eff_(efficiency), loads_(loads), options_(options) {}
+  ~Simulator() {
+    if (options_.memo && prices_) options_.memo->put(prices_key_, std::move(prices_));
+  }
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
 
   SimResult run() {
     check_inputs();
@@ -259,9 +331,9 @@ class Simulator {
   std::vector<int> layer_component_;   // per flattened layer
   std::vector<LayerClass> classes_;
   std::vector<StageInfo> stages_;
-  // (load index × classes + class) → cost, computed on first use.
-  std::vector<ClassCost> class_costs_;
-  std::vector<uint8_t> class_cost_known_;
+  // (load index × classes + class) → cost, worked out on first use; from options_.memo when it has them.
+  std::unique_ptr<PassPriceMemo::Table> prices_;
+  PassPriceMemo::Key prices_key_;
   std::vector<Device> devices_;
   std::vector<std::vector<double>> arrivals_;  // per replica: (payload, sending stage, micro-batch) → seconds
   std::vector<std::vector<CollectiveState>> collectives_;  // per rank: its k-th collective
@@ -466,6 +538,7 @@ class Simulator {
         if (spec.parameters() > 0) ++info.parameter_layers;
         if (cls < 0) continue;
         const Recompute rc = s_.recompute[layer];
+        classes_[cls].recomputes |= 1u << static_cast<int>(rc);
         if (!info.entries.empty() && info.entries.back().cls == cls && info.entries.back().recompute == rc) {
           ++info.entries.back().count;
         } else {
@@ -625,16 +698,37 @@ class Simulator {
     return out;
   }
 
-  const ClassCost& class_cost(int replica, int micro_batch, int cls) {
-    const size_t key = static_cast<size_t>(load_index(replica, micro_batch)) * classes_.size() + cls;
-    if (class_costs_.empty()) {
-      const size_t loads = static_cast<size_t>(replicas_) * s_.micro_batches;
-      class_costs_.resize(loads * classes_.size());
-      class_cost_known_.assign(loads * classes_.size(), 0);
+  void open_prices() {
+    const size_t entries = static_cast<size_t>(replicas_) * s_.micro_batches * classes_.size();
+    if (options_.memo) {
+      prices_key_.loads = &loads_;
+      prices_key_.model = &model_;
+      prices_key_.cost = &cost_;
+      prices_key_.replicas = replicas_;
+      prices_key_.micro_batches = s_.micro_batches;
+      prices_key_.dtype = options_.dtype;
+      prices_key_.dropout = options_.dropout;
+      for (int c = 0; c < static_cast<int>(model_.components.size()); ++c) {
+        const TensorSharding t = sharding(c);
+        prices_key_.shardings.emplace_back(t.tp, t.sequence_parallel, t.cp);
+      }
+      prices_ = options_.memo->take(prices_key_);
+      if (prices_ && prices_->costs.size() == entries) return;
     }
-    if (class_cost_known_[key]) return class_costs_[key];
-    ClassCost cc;
+    prices_ = std::make_unique<PassPriceMemo::Table>();
+    prices_->costs.resize(entries);
+    prices_->priced.assign(entries, 0);
+  }
+
+  const ClassCost& class_cost(int replica, int micro_batch, int cls) {
+    if (!prices_) open_prices();
+    const size_t key = static_cast<size_t>(load_index(replica, micro_batch)) * classes_.size() + cls;
     const LayerClass& lc = classes_[cls];
+    const uint8_t wanted = kPricedPasses | (lc.recomputes & (priced_recompute(Recompute::kSelective) |
+                                                             priced_recompute(Recompute::kFull)));
+    uint8_t& priced = prices_->priced[key];
+    ClassCost& cc = prices_->costs[key];
+    if ((priced & wanted) == wanted) return cc;
     const ComponentSpec& comp = model_.components[lc.component];
     const TokenBatch batch = batch_for(lc.component, load(replica, micro_batch));
     if (batch.tokens > 0) {
@@ -644,39 +738,45 @@ class Simulator {
       w.sharding = sharding(lc.component);
       w.trainable = comp.trainable;
       w.dtype = options_.dtype;
-      w.pass = Pass::kForward;
-      cc.forward = pass_seconds(w);
-      w.pass = Pass::kBackwardInput;
-      cc.backward_input = pass_seconds(w);
-      w.pass = Pass::kBackwardWeight;
-      cc.backward_weight = pass_seconds(w);
-      if (cost_.prices_whole_backward()) {
-        w.pass = Pass::kBackward;
-        cc.backward = pass_seconds(w);
-      } else {
-        cc.backward = cc.backward_input;
-        cc.backward += cc.backward_weight;
+      if (!(priced & kPricedPasses)) {
+        w.pass = Pass::kForward;
+        cc.forward = pass_seconds(w);
+        w.pass = Pass::kBackwardInput;
+        cc.backward_input = pass_seconds(w);
+        w.pass = Pass::kBackwardWeight;
+        cc.backward_weight = pass_seconds(w);
+        if (cost_.prices_whole_backward()) {
+          w.pass = Pass::kBackward;
+          cc.backward = pass_seconds(w);
+        } else {
+          cc.backward = cc.backward_input;
+          cc.backward += cc.backward_weight;
+        }
+        for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+          const int i = static_cast<int>(r);
+          cc.activation_bytes[i] =
+              activation_bytes(*lc.layer, batch, w.sharding, r, options_.dropout, options_.dtype);
+          cc.weight_input_bytes[i] =
+              std::min(cc.activation_bytes[i], weight_gradient_input_bytes(*lc.layer, batch, w.sharding));
+          cc.recompute_flops[i] =
+              r == Recompute::kNone ? 0 : layer_flops(*lc.layer, Pass::kRecompute, batch, comp.trainable, r).total();
+        }
+        if (lc.layer->kind == LayerKind::kLmHead) {
+          cc.activation_bytes[0] = cc.activation_bytes[1] = cc.activation_bytes[2] =
+              kLogitBytes * static_cast<double>(batch.tokens) * static_cast<double>(lc.layer->vocab) / w.sharding.tp;
+        }
+        cc.model_flops = model_flops(*lc.layer, batch, comp.trainable);
       }
+      // Recomputation is priced only in the modes the schedule runs the class with.
       w.pass = Pass::kRecompute;
-      w.recompute = Recompute::kSelective;
-      cc.recompute_selective = pass_seconds(w);
-      w.recompute = Recompute::kFull;
-      cc.recompute_full = pass_seconds(w);
-      for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-        const int i = static_cast<int>(r);
-        cc.activation_bytes[i] = activation_bytes(*lc.layer, batch, w.sharding, r, options_.dropout, options_.dtype);
-        cc.weight_input_bytes[i] =
-            std::min(cc.activation_bytes[i], weight_gradient_input_bytes(*lc.layer, batch, w.sharding));
-        cc.recompute_flops[i] = r == Recompute::kNone ? 0 : layer_flops(*lc.layer, Pass::kRecompute, batch, comp.trainable, r).total();
+      for (Recompute r : {Recompute::kSelective, Recompute::kFull}) {
+        if (!(wanted & priced_recompute(r)) || (priced & priced_recompute(r))) continue;
+        w.recompute = r;
+        (r == Recompute::kSelective ? cc.recompute_selective : cc.recompute_full) = pass_seconds(w);
       }
-      if (lc.layer->kind == LayerKind::kLmHead) {
-        cc.activation_bytes[0] = cc.activation_bytes[1] = cc.activation_bytes[2] =
-            kLogitBytes * static_cast<double>(batch.tokens) * static_cast<double>(lc.layer->vocab) / w.sharding.tp;
-      }
-      cc.model_flops = model_flops(*lc.layer, batch, comp.trainable);
     }
-    class_cost_known_[key] = 1;
-    return class_costs_[key] = cc;
+    priced |= wanted;
+    return cc;
   }
 
   // Seconds of a compute instruction of `stage` for a replica's micro-batch.

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,8 @@ struct HeldParameters {
 std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const Schedule& schedule,
                                                                           const ModelSpec& model, int device);
 
+class PassPriceMemo;
+
 struct SimOptions {
   // Keep the timeline (compute and communication intervals, memory) of one pipeline replica: the replica of
   // the critical device, or `timeline_replica` when it is one of the simulated replicas (SimResult's
@@ -59,6 +62,33 @@ struct SimOptions {
   // fp32, else 2). Parameters and optimizer state are counted as mixed-precision Adam in every dtype (16 bytes a
   // trained parameter, as pure fp32 Adam also takes).
   Dtype dtype = Dtype::kBf16;
+  // Prices of layer passes kept for later simulations of the same step (PassPriceMemo), or none.
+  PassPriceMemo* memo = nullptr;
+};
+
+// The layers' pass prices (times, activation bytes, FLOPs) simulations worked out per micro-batch, kept for later
+// simulations of the same step: a planner simulates many configurations (schedules, virtual stages, partitions,
+// recomputation) on each sampled step, and a pass's price depends only on the micro-batch, the layer, its
+// sharding and the number format, not on the stage it lands in. Keyed by the addresses of the step, the model and
+// the cost model, so they must stay alive and unchanged while the memo is in use. Holds the `max_tables` most
+// recently used (step, sharding) tables. Safe to share between threads: a simulation takes a table out while it
+// runs and puts it back.
+class PassPriceMemo {
+ public:
+  explicit PassPriceMemo(size_t max_tables = 64);
+  ~PassPriceMemo();
+  PassPriceMemo(const PassPriceMemo&) = delete;
+  PassPriceMemo& operator=(const PassPriceMemo&) = delete;
+
+  struct Key;
+  struct Table;
+  // The table for `key` (empty when none is kept), no longer in the memo until put back.
+  std::unique_ptr<Table> take(const Key& key);
+  void put(const Key& key, std::unique_ptr<Table> table);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Where a device's iteration went, in seconds. compute (kernels and the optimizer step) is the device's busy

@@ -2,7 +2,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <deque>
+#include <memory>
 #include <random>
+#include <tuple>
 
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/model/model_presets.h"
@@ -111,6 +114,54 @@ TEST(SimulatorProperties, IdenticalReplicasSimulatedOnceMatchAllOfThem) {
     EXPECT_EQ(a.peak_memory_bytes, b.peak_memory_bytes);
     EXPECT_EQ(a.simulated_devices, p.schedule.layout.pp);
     EXPECT_EQ(b.simulated_devices, static_cast<int64_t>(p.schedule.layout.dp) * p.schedule.layout.pp);
+  }
+}
+
+// A memo of pass prices shared across simulations (as the planner shares it) changes no result: the same steps
+// simulated again, with other recomputation modes (priced only once a schedule asks for them), on the other
+// tensor-parallel degree, and other steps, with tables evicted and taken back, all give what a simulation without
+// the memo gives.
+TEST(SimulatorProperties, APassPriceMemoChangesNoResult) {
+  const ModelSpec model = model_preset("vit-3b+gpt-11b");
+  std::mt19937_64 rng(20261127);
+  struct Case {
+    RandomPlan plan;
+    Schedule sharded;  // the same step on the other tensor-parallel degree
+    ClusterSpec sharded_cluster;
+    std::unique_ptr<AnalyticCost> cost;  // one for both: only the sharding tells their prices apart
+  };
+  std::deque<Case> cases;  // the steps and cost models stay alive while the memo may hold their addresses
+  PassPriceMemo memo(3);
+  SimOptions with_memo;
+  with_memo.memo = &memo;
+  for (int trial = 0; trial < 60; ++trial) {
+    if (trial % 3 != 2) {
+      Case& c = cases.emplace_back();
+      c.plan = random_plan(model, rng);
+      c.sharded = c.plan.schedule;
+      c.sharded.layout.tp = 3 - c.sharded.layout.tp;
+      c.sharded_cluster =
+          cluster_preset(fmt::format("{}:{}", c.plan.cluster.device.kind, c.sharded.layout.devices()));
+      c.cost = std::make_unique<AnalyticCost>(c.plan.cluster);
+    }
+    const Case& c = trial % 3 == 2 ? cases[rng() % cases.size()] : cases.back();
+    SCOPED_TRACE(c.plan.description);
+    Schedule other = c.plan.schedule;
+    for (Recompute& r : other.recompute) r = static_cast<Recompute>(rng() % 3);
+    const std::tuple<const Schedule*, const ClusterSpec*, const AnalyticCost*> runs[] = {
+        {&c.plan.schedule, &c.plan.cluster, c.cost.get()},
+        {&other, &c.plan.cluster, c.cost.get()},
+        {&c.sharded, &c.sharded_cluster, c.cost.get()},
+        {&c.plan.schedule, &c.plan.cluster, c.cost.get()}};
+    for (const auto& [s, cluster, cost] : runs) {
+      const SimResult plain = simulate(*s, model, *cluster, *cost, cost->efficiency(), c.plan.loads);
+      const SimResult memoized = simulate(*s, model, *cluster, *cost, cost->efficiency(), c.plan.loads, with_memo);
+      EXPECT_EQ(memoized.iteration_seconds, plain.iteration_seconds);
+      EXPECT_EQ(memoized.peak_memory_bytes, plain.peak_memory_bytes);
+      EXPECT_EQ(memoized.model_flops, plain.model_flops);
+      EXPECT_EQ(memoized.hardware_flops, plain.hardware_flops);
+      EXPECT_EQ(memoized.oom, plain.oom);
+    }
   }
 }
 
