@@ -268,7 +268,9 @@ struct Device {
   double activation_bytes = 0;
   double peak_bytes = 0;
   std::vector<std::deque<int64_t>> pending_gathers;  // per stage of the rank: collective indices not yet used
-  std::deque<int> sync_pending;   // multitask: sync groups reached and not yet started, in program order
+  // multitask: sync groups reached and not yet started, in program order (a list: no allocation while empty,
+  // where a deque allocates on construction, for every device of every simulation)
+  std::list<int> sync_pending;
   TimeBreakdown time;
   // With an encoder section, the rank's tensor slices run their own encoder pipelines: compute_free is slice 0's
   // compute stream (the device whose time is broken down), slice_free[b] slice b's for b ≥ 1. An LLM pass takes
