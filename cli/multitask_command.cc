@@ -235,6 +235,7 @@ Arrangements arrange(const MultitaskInputs& in, bool timeline) {
   a.planned = run_waves(plan.arrangement, estimate, plan.waves);
   // Each baseline's waves made once, estimated and simulated.
   auto baseline = [&](const char* name, std::vector<PlannedWave> waves) {
+    waves = cut_for_gradient_overlap(in, plan.graph, std::move(waves));  // as the plan's own waves are
     const BaselineTimes e = estimate_waves(in, plan.graph, waves);
     return run_waves(name, e, std::move(waves));
   };

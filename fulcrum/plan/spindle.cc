@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 #include "fulcrum/core/error.h"
@@ -209,8 +211,9 @@ DeviceGroupShape group_shape(const std::vector<int>& ids, int per_node) {
 
 // What of the groups' all-reduces outlasts the backward waves: each group starts once its backward wave is over
 // and its devices' earlier all-reduces are done (backward waves taken as two thirds of each wave's compute).
+// `exposed_waves` (when given) gets the ready waves of the groups that end after the backward waves.
 double exposed_gradient_sync(const MultitaskInputs& in, const std::vector<double>& wave_compute,
-                             const std::vector<SyncGroup>& groups) {
+                             const std::vector<SyncGroup>& groups, std::set<int>* exposed_waves = nullptr) {
   const size_t waves = wave_compute.size();
   double forward = 0;
   for (double c : wave_compute) forward += c / 3;
@@ -229,6 +232,7 @@ double exposed_gradient_sync(const MultitaskInputs& in, const std::vector<double
     for (int d : group.device_ids) start = std::max(start, link_free[d]);
     for (int d : group.device_ids) link_free[d] = start + group.seconds;
     last = std::max(last, start + group.seconds);
+    if (exposed_waves && start + group.seconds > now) exposed_waves->insert(group.ready_wave);
   }
   return last - now;
 }
@@ -289,7 +293,16 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
                                                Holder{static_cast<int>(w), s.tp, {}});
         Holder& h = it->second;
         h.tp = std::gcd(h.tp, s.tp);
-        h.ids.insert(h.ids.end(), s.device_ids.begin(), s.device_ids.end());
+        // Sorted and without repeats, merged slice by slice (each slice's ids are sorted).
+        if (h.ids.empty()) {
+          h.ids = s.device_ids;
+        } else if (h.ids != s.device_ids) {
+          std::vector<int> merged;
+          merged.reserve(h.ids.size() + s.device_ids.size());
+          std::set_union(h.ids.begin(), h.ids.end(), s.device_ids.begin(), s.device_ids.end(),
+                         std::back_inserter(merged));
+          h.ids = std::move(merged);
+        }
       }
     }
   }
@@ -298,8 +311,6 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
   for (auto& [key, h] : holders) {
     const ComponentSpec& c = model.components[key.first];
     if (!c.trainable) continue;
-    std::sort(h.ids.begin(), h.ids.end());
-    h.ids.erase(std::unique(h.ids.begin(), h.ids.end()), h.ids.end());
     // Slices on overlapping device sets can leave a union that is not whole copies of their split (two slices of
     // 600 devices split 6 ways, 304 of them shared: 896): the shards coarsen until the group holds whole copies.
     h.tp = std::gcd(h.tp, static_cast<int>(h.ids.size()));
@@ -351,29 +362,111 @@ namespace {
 
 // estimate_waves() with `waves`' sync groups already made.
 BaselineTimes estimate_with(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves,
-                            const std::vector<SyncGroup>& groups) {
+                            const std::vector<SyncGroup>& groups, std::set<int>* exposed_waves = nullptr) {
   BaselineTimes t;
   std::vector<double> wave_compute;
+  std::vector<double> busy(static_cast<size_t>(device_count(in)), 0), modelled(busy.size(), 0);
   for (const PlannedWave& w : waves) {
-    std::map<int, double> busy, modelled;
     double longest = 0, longest_modelled = 0;
     for (const PlacedSlice& s : w.slices) {
       for (int d : s.device_ids) {
-        longest = std::max(longest, busy[d] += s.seconds - s.gradient_sync_seconds);
-        longest_modelled = std::max(longest_modelled, modelled[d] += s.seconds);
+        longest = std::max(longest, busy.at(d) += s.seconds - s.gradient_sync_seconds);
+        longest_modelled = std::max(longest_modelled, modelled.at(d) += s.seconds);
       }
+    }
+    for (const PlacedSlice& s : w.slices) {
+      for (int d : s.device_ids) busy[d] = modelled[d] = 0;
     }
     wave_compute.push_back(longest);
     t.compute_seconds += longest;
     t.makespan_seconds += longest_modelled;
   }
   t.transfer_seconds = transfers(in, g, waves);
-  t.gradient_sync_seconds = exposed_gradient_sync(in, wave_compute, groups);
+  t.gradient_sync_seconds = exposed_gradient_sync(in, wave_compute, groups, exposed_waves);
   t.iteration_seconds = t.compute_seconds + t.transfer_seconds + t.gradient_sync_seconds;
   return t;
 }
 
+// `waves` with wave `w` cut into `parts` waves on the same devices; empty when it holds two slices of one MetaOp.
+std::vector<PlannedWave> cut_wave(const std::vector<PlannedWave>& waves, size_t w, int parts) {
+  const PlannedWave& whole = waves[w];
+  std::vector<int> metaops;
+  for (const PlacedSlice& s : whole.slices) metaops.push_back(s.metaop);
+  std::sort(metaops.begin(), metaops.end());
+  if (std::adjacent_find(metaops.begin(), metaops.end()) != metaops.end()) return {};
+  std::vector<PlannedWave> cut(static_cast<size_t>(parts));
+  for (PlannedWave& c : cut) c.level = whole.level;
+  for (const PlacedSlice& s : whole.slices) {
+    const int64_t n = std::min<int64_t>(parts, s.layers);
+    for (int64_t j = 0; j < n; ++j) {
+      PlacedSlice part = s;
+      part.first_layer = s.first_layer + s.layers * j / n;
+      part.layers = s.first_layer + s.layers * (j + 1) / n - part.first_layer;
+      const double share = static_cast<double>(part.layers) / static_cast<double>(s.layers);
+      part.seconds = s.seconds * share;
+      part.gradient_sync_seconds = s.gradient_sync_seconds * share;
+      cut[static_cast<size_t>(j)].slices.push_back(std::move(part));
+    }
+  }
+  std::vector<PlannedWave> out(waves.begin(), waves.begin() + static_cast<std::ptrdiff_t>(w));
+  for (PlannedWave& c : cut) {
+    if (!c.slices.empty()) out.push_back(std::move(c));
+  }
+  out.insert(out.end(), waves.begin() + static_cast<std::ptrdiff_t>(w) + 1, waves.end());
+  // Each wave as long as its busiest device, one after another.
+  double now = 0;
+  for (PlannedWave& wave : out) {
+    std::map<int, double> busy;
+    double longest = 0;
+    for (const PlacedSlice& s : wave.slices) {
+      for (int d : s.device_ids) longest = std::max(longest, busy[d] += s.seconds);
+    }
+    wave.start_seconds = now;
+    wave.seconds = longest;
+    now += longest;
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<PlannedWave> cut_for_gradient_overlap(const MultitaskInputs& in, const MetaGraph& graph,
+                                                  std::vector<PlannedWave> waves) {
+  constexpr double kLeastGain = 1e-3;
+  constexpr size_t kLongestWaves = 4;
+  constexpr int kRounds = 4;
+  // Worth cutting: the waves whose gradients' all-reduces outlast the backward waves, and the longest waves,
+  // whose all-reduces the chain of each device's all-reduces may wait on.
+  std::set<int> exposed;
+  double best = estimate_with(in, graph, waves, sync_groups_of(in, graph, waves), &exposed).iteration_seconds;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<PlannedWave> best_cut;
+    std::set<int> best_exposed;
+    std::vector<int> by_length(waves.size());
+    std::iota(by_length.begin(), by_length.end(), 0);
+    std::stable_sort(by_length.begin(), by_length.end(),
+                     [&](int a, int b) { return waves[a].seconds > waves[b].seconds; });
+    std::set<int> candidates = exposed;
+    candidates.insert(by_length.begin(), by_length.begin() + std::min(kLongestWaves, by_length.size()));
+    for (int w : candidates) {
+      for (int parts : {2, 3, 4, 6}) {
+        std::vector<PlannedWave> cut = cut_wave(waves, static_cast<size_t>(w), parts);
+        if (cut.size() <= waves.size()) continue;  // nothing cut
+        std::set<int> cut_exposed;
+        const double t = estimate_with(in, graph, cut, sync_groups_of(in, graph, cut), &cut_exposed).iteration_seconds;
+        if (t < best * (1 - kLeastGain)) {
+          best = t;
+          best_cut = std::move(cut);
+          best_exposed = std::move(cut_exposed);
+        }
+      }
+    }
+    if (best_cut.empty()) break;
+    waves = std::move(best_cut);
+    exposed = std::move(best_exposed);
+  }
+  return waves;
+}
 
 MultitaskPlan plan_multitask(const MultitaskInputs& in) {
   check_inputs(in);
@@ -408,6 +501,10 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
       plan.lower_bound_seconds = candidate.lower_bound_seconds;
     }
   }
+  // The kept arrangement's long waves cut where their gradients' all-reduces would wait (cut_for_gradient_overlap).
+  plan.waves = cut_for_gradient_overlap(in, plan.graph, std::move(plan.waves));
+  plan.sync_groups = sync_groups_of(in, plan.graph, plan.waves);
+  estimate = estimate_with(in, plan.graph, plan.waves, plan.sync_groups);
   plan.compute_seconds = estimate.compute_seconds;
   plan.gradient_sync_seconds = estimate.gradient_sync_seconds;
   plan.transfer_seconds = estimate.transfer_seconds;

@@ -242,6 +242,56 @@ TEST(Spindle, SyncGroupsOnTheSameDevicesShareAnAllReduceUpToTheBucketSize) {
   EXPECT_EQ(by_shards[2].layers, one_each[2].layers);
 }
 
+// One wave, vl's image tower on devices 0-3: its gradients' all-reduce can start only when its backward is over.
+// Cut, the later parts' all-reduces run under the earlier parts' backward: the estimate falls, every operator is
+// still run once, in order, on the same devices, and the compute is the same. With almost no compute to hide
+// under, cutting only adds all-reduce start-ups, and the wave stays whole.
+TEST(Spindle, ALongWaveIsCutSoItsGradientsAllReduceUnderItsOwnBackward) {
+  const TaskGraph graph = two_tasks();
+  const ClusterSpec cluster = cluster_preset("a800:8");
+  const AnalyticCost cost(cluster);
+  MultitaskInputs in{&graph, &cluster, &cost, cost.efficiency()};
+  in.bucket_bytes = 0;
+  const MetaGraph g = contract(graph);
+  auto one_wave = [&](double seconds) {
+    std::vector<PlannedWave> waves(1);
+    PlacedSlice s;
+    s.metaop = 0;
+    s.devices = 4;
+    s.layers = g.ops[0].layers;
+    s.dp = 4;
+    s.device_ids = {0, 1, 2, 3};
+    s.seconds = seconds;
+    waves[0].slices.push_back(s);
+    waves[0].seconds = seconds;
+    return waves;
+  };
+  const double all_reduce = sync_groups_of(in, g, one_wave(1)).at(0).seconds;
+  ASSERT_GT(all_reduce, 0);
+  const std::vector<PlannedWave> whole = one_wave(3 * all_reduce);  // a backward of twice the all-reduce
+  const std::vector<PlannedWave> cut = cut_for_gradient_overlap(in, g, whole);
+  ASSERT_GT(cut.size(), 1u);
+  EXPECT_LT(estimate_waves(in, g, cut).iteration_seconds, estimate_waves(in, g, whole).iteration_seconds);
+  int64_t next_layer = 0;
+  double seconds = 0, start = 0;
+  for (const PlannedWave& w : cut) {
+    ASSERT_EQ(w.slices.size(), 1u);
+    EXPECT_EQ(w.slices[0].metaop, 0);
+    EXPECT_EQ(w.slices[0].device_ids, whole[0].slices[0].device_ids);
+    EXPECT_EQ(w.slices[0].first_layer, next_layer);
+    EXPECT_GE(w.slices[0].layers, 1);
+    next_layer += w.slices[0].layers;
+    seconds += w.slices[0].seconds;
+    EXPECT_DOUBLE_EQ(w.start_seconds, start);
+    start += w.seconds;
+  }
+  EXPECT_EQ(next_layer, g.ops[0].layers);
+  EXPECT_NEAR(seconds, whole[0].seconds, 1e-12);
+
+  const std::vector<PlannedWave> brief = one_wave(all_reduce / 1000);
+  EXPECT_EQ(cut_for_gradient_overlap(in, g, brief).size(), 1u);
+}
+
 TEST(Spindle, RefusesMissingInputs) {
   EXPECT_THROW(plan_multitask({}), InputError);
 }
