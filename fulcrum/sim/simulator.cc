@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <list>
 #include <map>
@@ -54,24 +55,35 @@ TokenBatch component_batch(const ModelSpec& model, int component, const MicroBat
 std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const Schedule& schedule,
                                                                           const ModelSpec& model, int device) {
   std::map<std::pair<int, int>, HeldParameters> held;
-  std::map<std::pair<int, int>, std::vector<int32_t>> holders;
   for (const TaskSlice& sl : schedule.tasks.slices) {
-    const bool here = std::binary_search(sl.devices.begin(), sl.devices.end(), device);
+    if (!std::binary_search(sl.devices.begin(), sl.devices.end(), device)) continue;
     const ComponentSpec& c = model.components.at(sl.component);
     for (int32_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
-      auto& ids = holders[{sl.component, l}];
-      ids.insert(ids.end(), sl.devices.begin(), sl.devices.end());
-      if (!here) continue;
       HeldParameters& h = held[{sl.component, l}];
       h.parameters = std::max(h.parameters, c.layers.at(l).parameters() / std::max(1, sl.tp));
       h.tp = std::max(h.tp, sl.tp);
     }
   }
+  // The devices holding each of those layers, merged slice by slice (each slice's devices are sorted): thousands
+  // of devices times every layer, so no sort of the repeats.
+  std::map<std::pair<int, int>, std::vector<int32_t>> holders;
+  std::vector<int32_t> merged;
+  for (const TaskSlice& sl : schedule.tasks.slices) {
+    for (int32_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
+      const std::pair<int, int> key{sl.component, l};
+      if (!held.count(key)) continue;
+      std::vector<int32_t>& ids = holders[key];
+      if (ids.empty()) {
+        ids.assign(sl.devices.begin(), sl.devices.end());
+      } else if (!std::equal(ids.begin(), ids.end(), sl.devices.begin(), sl.devices.end())) {
+        merged.clear();
+        std::set_union(ids.begin(), ids.end(), sl.devices.begin(), sl.devices.end(), std::back_inserter(merged));
+        ids.swap(merged);
+      }
+    }
+  }
   for (auto& [key, h] : held) {
-    auto& ids = holders[key];
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    h.replicas = std::max<int64_t>(1, static_cast<int64_t>(ids.size()) / h.tp);
+    h.replicas = std::max<int64_t>(1, static_cast<int64_t>(holders[key].size()) / h.tp);
   }
   return held;
 }
