@@ -211,9 +211,11 @@ DeviceGroupShape group_shape(const std::vector<int>& ids, int per_node) {
 
 // What of the groups' all-reduces outlasts the backward waves: each group starts once its backward wave is over
 // and its devices' earlier all-reduces are done (backward waves taken as two thirds of each wave's compute).
-// `exposed_waves` (when given) gets the ready waves of the groups that end after the backward waves.
+// `exposed_waves` (when given) gets the ready waves of the groups that end after the backward waves, each with the
+// latest end of its groups.
 double exposed_gradient_sync(const MultitaskInputs& in, const std::vector<double>& wave_compute,
-                             const std::vector<SyncGroup>& groups, std::set<int>* exposed_waves = nullptr) {
+                             const std::vector<SyncGroup>& groups,
+                             std::map<int, double>* exposed_waves = nullptr) {
   const size_t waves = wave_compute.size();
   double forward = 0;
   for (double c : wave_compute) forward += c / 3;
@@ -232,7 +234,10 @@ double exposed_gradient_sync(const MultitaskInputs& in, const std::vector<double
     for (int d : group.device_ids) start = std::max(start, link_free[d]);
     for (int d : group.device_ids) link_free[d] = start + group.seconds;
     last = std::max(last, start + group.seconds);
-    if (exposed_waves && start + group.seconds > now) exposed_waves->insert(group.ready_wave);
+    if (exposed_waves && start + group.seconds > now) {
+      double& end = (*exposed_waves)[group.ready_wave];
+      end = std::max(end, start + group.seconds);
+    }
   }
   return last - now;
 }
@@ -362,7 +367,8 @@ namespace {
 
 // estimate_waves() with `waves`' sync groups already made.
 BaselineTimes estimate_with(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves,
-                            const std::vector<SyncGroup>& groups, std::set<int>* exposed_waves = nullptr) {
+                            const std::vector<SyncGroup>& groups,
+                            std::map<int, double>* exposed_waves = nullptr) {
   BaselineTimes t;
   std::vector<double> wave_compute;
   std::vector<double> busy(static_cast<size_t>(device_count(in)), 0), modelled(busy.size(), 0);
@@ -433,26 +439,31 @@ std::vector<PlannedWave> cut_wave(const std::vector<PlannedWave>& waves, size_t 
 std::vector<PlannedWave> cut_for_gradient_overlap(const MultitaskInputs& in, const MetaGraph& graph,
                                                   std::vector<PlannedWave> waves) {
   constexpr double kLeastGain = 1e-3;
+  constexpr size_t kLatestWaves = 4;
   constexpr size_t kLongestWaves = 4;
   constexpr int kRounds = 4;
-  // Worth cutting: the waves whose gradients' all-reduces outlast the backward waves, and the longest waves,
-  // whose all-reduces the chain of each device's all-reduces may wait on.
-  std::set<int> exposed;
+  // Worth cutting: the waves whose gradients' all-reduces end last after the backward waves, and the longest
+  // waves, whose all-reduces the chain of each device's all-reduces may wait on.
+  std::map<int, double> exposed;
   double best = estimate_with(in, graph, waves, sync_groups_of(in, graph, waves), &exposed).iteration_seconds;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<PlannedWave> best_cut;
-    std::set<int> best_exposed;
+    std::map<int, double> best_exposed;
+    std::vector<std::pair<double, int>> by_end;
+    for (const auto& [w, end] : exposed) by_end.emplace_back(-end, w);
+    std::sort(by_end.begin(), by_end.end());
+    std::set<int> candidates;
+    for (size_t k = 0; k < std::min(kLatestWaves, by_end.size()); ++k) candidates.insert(by_end[k].second);
     std::vector<int> by_length(waves.size());
     std::iota(by_length.begin(), by_length.end(), 0);
     std::stable_sort(by_length.begin(), by_length.end(),
                      [&](int a, int b) { return waves[a].seconds > waves[b].seconds; });
-    std::set<int> candidates = exposed;
     candidates.insert(by_length.begin(), by_length.begin() + std::min(kLongestWaves, by_length.size()));
     for (int w : candidates) {
       for (int parts : {2, 3, 4, 6}) {
         std::vector<PlannedWave> cut = cut_wave(waves, static_cast<size_t>(w), parts);
         if (cut.size() <= waves.size()) continue;  // nothing cut
-        std::set<int> cut_exposed;
+        std::map<int, double> cut_exposed;
         const double t = estimate_with(in, graph, cut, sync_groups_of(in, graph, cut), &cut_exposed).iteration_seconds;
         if (t < best * (1 - kLeastGain)) {
           best = t;

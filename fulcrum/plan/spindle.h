@@ -126,10 +126,10 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
 // wave whose backward runs last wait with nothing left to hide under; cut, the all-reduces of its later parts'
 // gradients run under the backward of its earlier parts, as DDP's buckets run under the rest of a backward pass.
 // A cut wave's slices share out their operators in order over 2, 3, 4 or 6 parts (a slice of fewer operators
-// fills the first parts). Tried on the waves whose all-reduces outlast the backward and on the four longest; the
-// best cut each round, at most four rounds, while the estimate falls by at least 0.1%. Waves holding two slices of
-// one MetaOp stay whole. plan_multitask cuts the arrangement it keeps; the baselines' waves get the same treatment
-// from their caller.
+// fills the first parts). Tried on the four waves whose all-reduces end last after the backward and on the four
+// longest; the best cut each round, at most four rounds, while the estimate falls by at least 0.1%. Waves holding
+// two slices of one MetaOp stay whole. plan_multitask cuts the arrangement it keeps; the baselines' waves get the
+// same treatment from their caller.
 std::vector<PlannedWave> cut_for_gradient_overlap(const MultitaskInputs& in, const MetaGraph& graph,
                                                   std::vector<PlannedWave> waves);
 
