@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -13,6 +12,7 @@
 #include <tuple>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/sorted_ids.h"
 #include "fulcrum/cost/collective_cost.h"
 #include "fulcrum/cost/dtype.h"
 #include "fulcrum/plan/configuration_program.h"
@@ -298,16 +298,7 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
                                                Holder{static_cast<int>(w), s.tp, {}});
         Holder& h = it->second;
         h.tp = std::gcd(h.tp, s.tp);
-        // Sorted and without repeats, merged slice by slice (each slice's ids are sorted).
-        if (h.ids.empty()) {
-          h.ids = s.device_ids;
-        } else if (h.ids != s.device_ids) {
-          std::vector<int> merged;
-          merged.reserve(h.ids.size() + s.device_ids.size());
-          std::set_union(h.ids.begin(), h.ids.end(), s.device_ids.begin(), s.device_ids.end(),
-                         std::back_inserter(merged));
-          h.ids = std::move(merged);
-        }
+        merge_sorted_ids(h.ids, s.device_ids);
       }
     }
   }
@@ -416,20 +407,19 @@ std::vector<PlannedWave> cut_wave(const std::vector<PlannedWave>& waves, size_t 
   }
   std::vector<PlannedWave> out(waves.begin(), waves.begin() + static_cast<std::ptrdiff_t>(w));
   for (PlannedWave& c : cut) {
-    if (!c.slices.empty()) out.push_back(std::move(c));
+    if (c.slices.empty()) continue;
+    // Each part as long as its busiest device.
+    std::map<int, double> busy;
+    for (const PlacedSlice& s : c.slices) {
+      for (int d : s.device_ids) c.seconds = std::max(c.seconds, busy[d] += s.seconds);
+    }
+    out.push_back(std::move(c));
   }
   out.insert(out.end(), waves.begin() + static_cast<std::ptrdiff_t>(w) + 1, waves.end());
-  // Each wave as long as its busiest device, one after another.
   double now = 0;
   for (PlannedWave& wave : out) {
-    std::map<int, double> busy;
-    double longest = 0;
-    for (const PlacedSlice& s : wave.slices) {
-      for (int d : s.device_ids) longest = std::max(longest, busy[d] += s.seconds);
-    }
     wave.start_seconds = now;
-    wave.seconds = longest;
-    now += longest;
+    now += wave.seconds;
   }
   return out;
 }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <iterator>
 #include <limits>
 #include <list>
 #include <map>
@@ -15,6 +14,7 @@
 #include <utility>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/sorted_ids.h"
 #include "fulcrum/cost/activation_memory.h"
 #include "fulcrum/cost/collective_cost.h"
 #include "fulcrum/cost/training_state_memory.h"
@@ -67,19 +67,11 @@ std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const 
   // The devices holding each of those layers, merged slice by slice (each slice's devices are sorted): thousands
   // of devices times every layer, so no sort of the repeats.
   std::map<std::pair<int, int>, std::vector<int32_t>> holders;
-  std::vector<int32_t> merged;
   for (const TaskSlice& sl : schedule.tasks.slices) {
     for (int32_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
       const std::pair<int, int> key{sl.component, l};
       if (!held.count(key)) continue;
-      std::vector<int32_t>& ids = holders[key];
-      if (ids.empty()) {
-        ids.assign(sl.devices.begin(), sl.devices.end());
-      } else if (!std::equal(ids.begin(), ids.end(), sl.devices.begin(), sl.devices.end())) {
-        merged.clear();
-        std::set_union(ids.begin(), ids.end(), sl.devices.begin(), sl.devices.end(), std::back_inserter(merged));
-        ids.swap(merged);
-      }
+      merge_sorted_ids(holders[key], sl.devices);
     }
   }
   for (auto& [key, h] : held) {
@@ -148,8 +140,8 @@ constexpr double kLogitBytes = 4;  // fp32 logits kept for the loss
 struct LayerClass {
   const LayerSpec* layer = nullptr;
   int component = 0;
-  // The recomputation modes its layers run with in this schedule (bit per Recompute): only those are priced.
-  unsigned recomputes = 0;
+  // The recomputation modes its layers run with in this schedule (priced_recompute bits): only those are priced.
+  uint8_t recomputes = 0;
 };
 
 // Seconds of a pass split into kernels on the compute stream and layer collectives.
@@ -552,7 +544,7 @@ class Simulator {
         if (spec.parameters() > 0) ++info.parameter_layers;
         if (cls < 0) continue;
         const Recompute rc = s_.recompute[layer];
-        classes_[cls].recomputes |= 1u << static_cast<int>(rc);
+        classes_[cls].recomputes |= priced_recompute(rc);
         if (!info.entries.empty() && info.entries.back().cls == cls && info.entries.back().recompute == rc) {
           ++info.entries.back().count;
         } else {
