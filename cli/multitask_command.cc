@@ -282,7 +282,9 @@ void run(const MultitaskOptions& o) {
   }
   // Every arrangement with transformer blocks split as the curves find fastest; when none of them fits in memory,
   // again with their copies split at least 2, 4, ... ways by tensor parallelism (up to a node), as one raises
-  // Megatron-LM's tensor parallelism for a model too large for its devices. The first that fits is kept.
+  // Megatron-LM's tensor parallelism for a model too large for its devices. The first that fits is kept, unless
+  // `sequential` does not fit there: those users would raise tensor parallelism until it does, so the floors go on
+  // until it fits too, and the fastest arrangement that fits at any of them is kept.
   const bool timeline = !o.trace.empty() || !o.report.empty();
   std::optional<Arrangements> planned;
   double planner_seconds = 0;
@@ -290,7 +292,7 @@ void run(const MultitaskOptions& o) {
     in.min_tp = min_tp;
     Arrangements a = arrange(in, timeline);
     planner_seconds += a.plan.planner_seconds;
-    const bool fits = !a.kept().simulated.oom;
+    const bool fits = !a.kept().simulated.oom && !a.sequential.simulated.oom;
     if (!planned || runs_better(a.kept(), planned->kept())) planned = std::move(a);
     if (fits || 2 * min_tp > cluster.device.devices_per_node) break;
   }

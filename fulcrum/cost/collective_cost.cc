@@ -39,9 +39,35 @@ double link_bytes_per_second(const ClusterSpec& cluster, const DeviceEfficiency&
 
 }  // namespace
 
+DeviceGroupShape device_group_shape(const std::vector<int>& sorted_ids, int tp, int per_node) {
+  per_node = std::max(1, per_node);
+  tp = std::max(1, tp);
+  DeviceGroupShape shape{static_cast<int64_t>(sorted_ids.size()) / tp, tp, 0};
+  if (sorted_ids.empty() || sorted_ids.front() / per_node == sorted_ids.back() / per_node) {
+    shape.stride = 1;  // one node: NVLink whatever the order
+    return shape;
+  }
+  int64_t fewest = static_cast<int64_t>(sorted_ids.size());
+  for (size_t i = 0; i < sorted_ids.size();) {
+    const int node = sorted_ids[i] / per_node;
+    size_t j = i;
+    while (j < sorted_ids.size() && sorted_ids[j] / per_node == node) ++j;
+    fewest = std::min(fewest, static_cast<int64_t>(j - i));
+    i = j;
+  }
+  shape.stride = per_node;  // spans nodes
+  shape.members_per_node = std::max<int64_t>(1, fewest / tp);
+  return shape;
+}
+
 double group_bytes_per_second(const ClusterSpec& cluster, const DeviceEfficiency& efficiency,
                               const DeviceGroupShape& group) {
-  return link_bytes_per_second(cluster, efficiency, within_node(cluster, group.members, group.stride));
+  if (within_node(cluster, group.members, group.stride)) return link_bytes_per_second(cluster, efficiency, true);
+  const int64_t per_node = std::max(1, cluster.device.devices_per_node);
+  int64_t links = group.members_per_node;
+  if (links <= 0) links = group.stride < per_node ? std::min(group.members, per_node / group.stride) : 1;
+  return std::min(static_cast<double>(std::max<int64_t>(1, links)) * link_bytes_per_second(cluster, efficiency, false),
+                  link_bytes_per_second(cluster, efficiency, true));
 }
 
 double collective_seconds(CollectiveOp op, double bytes, const ClusterSpec& cluster,

@@ -2,6 +2,7 @@
 #define FULCRUM_COST_COLLECTIVE_COST_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/model/cluster_spec.h"
@@ -24,10 +25,17 @@ double tree_all_reduce_seconds(double bytes, int64_t n, double bytes_per_second,
 struct DeviceGroupShape {
   int64_t members = 1;
   int64_t stride = 1;
+  // Members in each node the group spans (the fewest where they differ); 0 takes it from members and stride.
+  int64_t members_per_node = 0;
 };
 
-// The bandwidth a collective of the group gets per device and direction: NVLink (half its quoted two-way
-// rate) when the whole group sits in one node, else the device's network link, both times the link efficiency.
+// The shape of the all-reduce among the copies of each of `tp` shards held by `sorted_ids` (each shard's copies
+// tp devices apart), on a cluster of `per_node` devices a node.
+DeviceGroupShape device_group_shape(const std::vector<int>& sorted_ids, int tp, int per_node);
+
+// The bandwidth a collective of the group gets per device and direction, times the link efficiency: NVLink
+// (half its quoted two-way rate) when the whole group sits in one node; across nodes, the network links of its
+// members in a node together (one NIC per device: NCCL runs a channel through each), at most NVLink's rate.
 double group_bytes_per_second(const ClusterSpec& cluster, const DeviceEfficiency& efficiency,
                               const DeviceGroupShape& group);
 

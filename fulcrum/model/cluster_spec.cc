@@ -43,6 +43,7 @@ DeviceSpec device_of(std::string_view kind) {
     DeviceSpec d = a100();
     d.kind = "a800";
     d.intra_node_bytes_per_second = 400e9;
+    d.inter_node_bytes_per_second = 400e9 / 8 / 8;  // 400 Gb/s InfiniBand a node (Spindle's testbed), 8 sharing it
     return d;
   }
   if (kind == "cpu") return cpu_core();

@@ -61,10 +61,11 @@ struct ClusterSpec {
 inline constexpr int64_t kMostDevices = 1 << 20;
 
 // "h100:3072" → 3,072 H100s; the count defaults to one node ("a100" = 8 A100s; "cpu" = 2 devices). Kinds:
-//   h100  H100 SXM: 989 TFLOP/s dense bf16 (1,978 fp8), 80 GiB, 3.35 TB/s, NVLink 900 GB/s, 8 per node, 400 Gb/s InfiniBand
+//   h100  H100 SXM: 989 TFLOP/s dense bf16 (1,978 fp8), 80 GiB, 3.35 TB/s, NVLink 900 GB/s, 8 per node,
+//         400 Gb/s InfiniBand per GPU
 //   h200  H100 with 141 GB at 4.8 TB/s
 //   a100  A100-80G SXM: 312 TFLOP/s, 80 GiB, 2.0 TB/s, NVLink 600 GB/s, 200 Gb/s InfiniBand per GPU
-//   a800  A100 with NVLink 400 GB/s
+//   a800  A100 with NVLink 400 GB/s and 400 Gb/s InfiniBand per node (Spindle's testbed: 8 GPUs share it)
 //   cpu   this kind of machine: a few cores, for real runs with gloo
 // Throws InputError for an unknown kind or a count that is not an integer from 1 to kMostDevices.
 ClusterSpec cluster_preset(std::string_view spec);

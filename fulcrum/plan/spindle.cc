@@ -204,11 +204,6 @@ void place(const MetaGraph& g, int devices, int per_node, std::vector<PlannedWav
   }
 }
 
-DeviceGroupShape group_shape(const std::vector<int>& ids, int per_node) {
-  const bool one_node = !ids.empty() && ids.front() / per_node == ids.back() / per_node;
-  return {static_cast<int64_t>(ids.size()), one_node ? 1 : per_node};
-}
-
 // What of the groups' all-reduces outlasts the backward waves: each group starts once its backward wave is over
 // and its devices' earlier all-reduces are done (backward waves taken as two thirds of each wave's compute).
 // `exposed_waves` (when given) gets the ready waves of the groups that end after the backward waves, each with the
@@ -345,9 +340,8 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
     const std::vector<int>& ids = group.device_ids;
     const int64_t copies = static_cast<int64_t>(ids.size()) / group.tp;
     if (copies > 1 && group.gradient_bytes > 0) {
-      const DeviceGroupShape shape = group_shape(ids, per_node);
       group.seconds = collective_seconds(CollectiveOp::kAllReduce, group.gradient_bytes, *in.cluster, in.efficiency,
-                                         {copies, shape.stride});
+                                         device_group_shape(ids, group.tp, per_node));
     }
     groups.push_back(std::move(group));
   }

@@ -384,9 +384,10 @@ TEST(WavesSchedule, EachDeviceRunsItsAllReducesOneAtATimeInItsProgramsOrder) {
 }
 
 // A wave boundary orders a device's own work and waits for no other device, as WaveRuntime runs it: a device
-// whose inputs for the next wave are there starts it while a slower slice of the wave before is still running.
+// whose inputs for the next wave are there starts it while a slower slice of the wave before is still running
+// (QWen-VAL on 64 devices: its encoders' slices end at different times).
 TEST(WavesSchedule, ADeviceGoesOnToItsNextWaveWithoutWaitingForTheOthers) {
-  Planned p("multitask-clip-10", "a800:32");
+  Planned p("qwen-val", "a800:64");
   const Schedule s = waves_schedule(p.in, p.plan.graph, p.plan.waves);
   ASSERT_GT(s.tasks.waves, 1);
   SimOptions timed;
@@ -410,21 +411,28 @@ TEST(WavesSchedule, SyncGroupsIssuedInOppositeOrdersAreADeadlock) {
   Planned p("multitask-clip-10", "a800:16");
   Schedule s = waves_schedule(p.in, p.plan.graph, p.plan.waves);
   ASSERT_NO_THROW(validate(s));
-  auto holds = [&](int group, int device) {
-    const auto& ids = s.tasks.sync_groups[group].devices;
-    return std::binary_search(ids.begin(), ids.end(), device);
+  const auto& groups = s.tasks.sync_groups;
+  auto shared_devices = [&](size_t a, size_t b) {
+    std::vector<int32_t> both;
+    std::set_intersection(groups[a].devices.begin(), groups[a].devices.end(), groups[b].devices.begin(),
+                          groups[b].devices.end(), std::back_inserter(both));
+    return both;
   };
-  for (size_t d = 0; d < s.programs.size(); ++d) {
-    auto& ins = s.programs[d].instructions;
-    for (size_t i = 0; i + 1 < ins.size(); ++i) {
-      if (ins[i].op != OpKind::kCollective || ins[i + 1].op != OpKind::kCollective) continue;
-      const int a = ins[i].stage, b = ins[i + 1].stage;
-      bool shared = false;
-      for (size_t other = 0; other < s.programs.size() && !shared; ++other) {
-        shared = other != d && holds(a, static_cast<int>(other)) && holds(b, static_cast<int>(other));
-      }
-      if (!shared) continue;
-      std::swap(ins[i], ins[i + 1]);
+  auto collective_of = [&](std::vector<Instruction>& ins, size_t group) {
+    return std::find_if(ins.begin(), ins.end(), [&](const Instruction& i) {
+      return i.op == OpKind::kCollective && i.stage == static_cast<int32_t>(group);
+    });
+  };
+  for (size_t a = 0; a < groups.size(); ++a) {
+    for (size_t b = a + 1; b < groups.size(); ++b) {
+      const std::vector<int32_t> both = shared_devices(a, b);
+      if (both.size() < 2) continue;
+      // On the first shared device, group a's all-reduce (issued first everywhere) moves to just after group
+      // b's: later than its gradients are ready, which alone is allowed.
+      auto& ins = s.programs[both.front()].instructions;
+      const Instruction moved = *collective_of(ins, a);
+      ins.erase(collective_of(ins, a));
+      ins.insert(collective_of(ins, b) + 1, moved);
       try {
         validate(s);
         FAIL() << "opposite orders of sync groups " << a << " and " << b << " validated";
@@ -434,7 +442,7 @@ TEST(WavesSchedule, SyncGroupsIssuedInOppositeOrdersAreADeadlock) {
       return;
     }
   }
-  FAIL() << "no two sync groups issued back to back on two devices";
+  FAIL() << "no two sync groups share two devices";
 }
 
 }  // namespace

@@ -1474,9 +1474,8 @@ class Simulator {
     bytes /= group.tp;  // each device's shard, all-reduced over its copies
     c.start = c.ready;
     for (int member : group.devices) c.start = std::max(c.start, devices_[member].coll_free);
-    const bool local = one_node(group.devices, group.devices);
     const int64_t copies = static_cast<int64_t>(group.devices.size()) / group.tp;
-    const DeviceGroupShape shape{copies, local ? 1 : std::max(1, cluster_.device.devices_per_node)};
+    const DeviceGroupShape shape = device_group_shape(group.devices, group.tp, cluster_.device.devices_per_node);
     c.end = c.start + (copies > 1 && bytes > 0
                            ? collective_seconds(CollectiveOp::kAllReduce, bytes, cluster_, eff_, shape)
                            : 0.0);
