@@ -288,12 +288,18 @@ void run(const MultitaskOptions& o) {
   const bool timeline = !o.trace.empty() || !o.report.empty();
   std::optional<Arrangements> planned;
   double planner_seconds = 0;
+  // A floor where `sequential` fits too ranks above one where it does not: the plan is compared with a run its
+  // users could make.
+  auto both_fit = [](const Arrangements& a) { return !a.kept().simulated.oom && !a.sequential.simulated.oom; };
   for (int min_tp = 1;; min_tp *= 2) {
     in.min_tp = min_tp;
     Arrangements a = arrange(in, timeline);
     planner_seconds += a.plan.planner_seconds;
-    const bool fits = !a.kept().simulated.oom && !a.sequential.simulated.oom;
-    if (!planned || runs_better(a.kept(), planned->kept())) planned = std::move(a);
+    const bool fits = both_fit(a);
+    if (!planned || (fits && !both_fit(*planned)) ||
+        (fits == both_fit(*planned) && runs_better(a.kept(), planned->kept()))) {
+      planned = std::move(a);
+    }
     if (fits || 2 * min_tp > cluster.device.devices_per_node) break;
   }
   const MultitaskPlan& plan = planned->plan;

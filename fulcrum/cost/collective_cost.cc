@@ -65,7 +65,15 @@ double group_bytes_per_second(const ClusterSpec& cluster, const DeviceEfficiency
   if (within_node(cluster, group.members, group.stride)) return link_bytes_per_second(cluster, efficiency, true);
   const int64_t per_node = std::max(1, cluster.device.devices_per_node);
   int64_t links = group.members_per_node;
-  if (links <= 0) links = group.stride < per_node ? std::min(group.members, per_node / group.stride) : 1;
+  if (links <= 0) {
+    // Members `stride` apart from a node's first device: whole nodes of per_node / stride, then the rest in the
+    // last node, which sets the rate. A stride that does not divide the node: one a node, at the least.
+    links = 1;
+    if (group.stride < per_node && per_node % group.stride == 0) {
+      const int64_t in_a_node = per_node / group.stride;
+      links = group.members % in_a_node == 0 ? in_a_node : group.members % in_a_node;
+    }
+  }
   return std::min(static_cast<double>(std::max<int64_t>(1, links)) * link_bytes_per_second(cluster, efficiency, false),
                   link_bytes_per_second(cluster, efficiency, true));
 }

@@ -25,7 +25,8 @@ double tree_all_reduce_seconds(double bytes, int64_t n, double bytes_per_second,
 struct DeviceGroupShape {
   int64_t members = 1;
   int64_t stride = 1;
-  // Members in each node the group spans (the fewest where they differ); 0 takes it from members and stride.
+  // Members in each node the group spans (the fewest where they differ); 0 takes it from members and stride,
+  // the first member on a node's first device.
   int64_t members_per_node = 0;
 };
 

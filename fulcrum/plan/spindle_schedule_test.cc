@@ -420,7 +420,7 @@ TEST(WavesSchedule, SyncGroupsIssuedInOppositeOrdersAreADeadlock) {
   };
   auto collective_of = [&](std::vector<Instruction>& ins, size_t group) {
     return std::find_if(ins.begin(), ins.end(), [&](const Instruction& i) {
-      return i.op == OpKind::kCollective && i.stage == static_cast<int32_t>(group);
+      return i.op == OpKind::kCollective && i.group == DeviceGroup::kSync && i.stage == static_cast<int32_t>(group);
     });
   };
   for (size_t a = 0; a < groups.size(); ++a) {
@@ -430,6 +430,9 @@ TEST(WavesSchedule, SyncGroupsIssuedInOppositeOrdersAreADeadlock) {
       // On the first shared device, group a's all-reduce (issued first everywhere) moves to just after group
       // b's: later than its gradients are ready, which alone is allowed.
       auto& ins = s.programs[both.front()].instructions;
+      ASSERT_NE(collective_of(ins, a), ins.end()) << "sync group " << a << " not issued";
+      ASSERT_NE(collective_of(ins, b), ins.end()) << "sync group " << b << " not issued";
+      ASSERT_LT(collective_of(ins, a), collective_of(ins, b)) << "sync group " << a << " issued first";
       const Instruction moved = *collective_of(ins, a);
       ins.erase(collective_of(ins, a));
       ins.insert(collective_of(ins, b) + 1, moved);

@@ -87,10 +87,10 @@ def test_the_demo_report_screenshot_is_not_blank(demo):
     # Text, tables and the coloured timeline: a blank or unstyled page has neither this much ink nor colour.
     assert inked > 0.08, f"only {inked:.1%} of the screenshot is not white"
     assert colours > 50, f"only {colours} distinct colours"
-    # The timeline's colours are there: the LLM's forward (orange) and the encoder's work: its backward (blue) in
-    # the pipeline, or the cyan of encoder work the plan places in the LLM's bubbles.
+    # The timeline's colours are there: the LLM's forward (orange) and the encoder's work: its forward (light blue)
+    # in the pipeline, or the cyan of encoder work the plan places in the LLM's bubbles.
     in_bubbles = json.loads((demo / "fulcrum.json").read_text()).get("optimus")
-    encoder = (0x17, 0xbe, 0xcf) if in_bubbles else (0x31, 0x82, 0xbd)
+    encoder = (0x17, 0xbe, 0xcf) if in_bubbles else (0x9e, 0xca, 0xe1)
     for colour in ((0xfd, 0xd0, 0xa2), encoder):
         assert colour in set(pixels), f"no pixel of {colour}"
 
