@@ -74,7 +74,7 @@ double group_bytes_per_second(const ClusterSpec& cluster, const DeviceEfficiency
       links = group.members % in_a_node == 0 ? in_a_node : group.members % in_a_node;
     }
   }
-  return std::min(static_cast<double>(std::max<int64_t>(1, links)) * link_bytes_per_second(cluster, efficiency, false),
+  return std::min(static_cast<double>(links) * link_bytes_per_second(cluster, efficiency, false),
                   link_bytes_per_second(cluster, efficiency, true));
 }
 

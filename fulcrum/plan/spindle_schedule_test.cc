@@ -430,12 +430,11 @@ TEST(WavesSchedule, SyncGroupsIssuedInOppositeOrdersAreADeadlock) {
       // On the first shared device, group a's all-reduce (issued first everywhere) moves to just after group
       // b's: later than its gradients are ready, which alone is allowed.
       auto& ins = s.programs[both.front()].instructions;
-      ASSERT_NE(collective_of(ins, a), ins.end()) << "sync group " << a << " not issued";
-      ASSERT_NE(collective_of(ins, b), ins.end()) << "sync group " << b << " not issued";
-      ASSERT_LT(collective_of(ins, a), collective_of(ins, b)) << "sync group " << a << " issued first";
-      const Instruction moved = *collective_of(ins, a);
-      ins.erase(collective_of(ins, a));
-      ins.insert(collective_of(ins, b) + 1, moved);
+      const auto first = collective_of(ins, a), second = collective_of(ins, b);
+      ASSERT_NE(first, ins.end()) << "sync group " << a << " not issued";
+      ASSERT_NE(second, ins.end()) << "sync group " << b << " not issued";
+      ASSERT_LT(first, second) << "sync group " << a << " issued first";
+      std::rotate(first, first + 1, second + 1);  // a's all-reduce now just after b's
       try {
         validate(s);
         FAIL() << "opposite orders of sync groups " << a << " and " << b << " validated";
