@@ -31,13 +31,13 @@ bool within_node(const ClusterSpec& cluster, int64_t members, int64_t stride) {
   return (members - 1) * stride < per_node && per_node % stride == 0;
 }
 
+}  // namespace
+
 double link_bytes_per_second(const ClusterSpec& cluster, const DeviceEfficiency& efficiency, bool intra) {
   // NVLink's quoted rate counts both directions; rings and point-to-point transfers send one way.
   const double link = intra ? cluster.device.intra_node_bytes_per_second / 2 : cluster.device.inter_node_bytes_per_second;
   return link * efficiency.link;
 }
-
-}  // namespace
 
 DeviceGroupShape device_group_shape(const std::vector<int>& sorted_ids, int tp, int per_node) {
   per_node = std::max(1, per_node);

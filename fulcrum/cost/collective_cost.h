@@ -34,6 +34,10 @@ struct DeviceGroupShape {
 // tp devices apart), on a cluster of `per_node` devices a node.
 DeviceGroupShape device_group_shape(const std::vector<int>& sorted_ids, int tp, int per_node);
 
+// One device's rate one way to another in its node (NVLink, half its quoted two-way rate) or beyond (its network
+// link), times the link efficiency.
+double link_bytes_per_second(const ClusterSpec& cluster, const DeviceEfficiency& efficiency, bool within_node);
+
 // The bandwidth a collective of the group gets per device and direction, times the link efficiency: NVLink
 // (half its quoted two-way rate) when the whole group sits in one node; across nodes, the network links of its
 // members in a node together (one NIC per device: NCCL runs a channel through each), at most NVLink's rate.

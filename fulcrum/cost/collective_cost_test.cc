@@ -2,19 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "fulcrum/cost/test_links.h"
+
 namespace fulcrum {
 namespace {
-
-// Nodes of 8 A100s: NVLink 600 GB/s both ways, one 200 Gb/s NIC a device.
-constexpr double kNvlinkOneWay = 300e9;
-constexpr double kNic = 25e9;
-
-DeviceEfficiency plain_links() {
-  DeviceEfficiency e;
-  e.link = 1;
-  e.collective_latency_seconds = 0;
-  return e;
-}
 
 // NCCL runs a channel through the NIC of each of a group's members in a node, so a group with k members in each
 // node crosses the network at k NICs' rate (nccl-tests: ~24 GB/s bus bandwidth a 200 Gb/s NIC, up to NVLink's).

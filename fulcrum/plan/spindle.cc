@@ -14,6 +14,7 @@
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/sorted_ids.h"
 #include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/cost/reshard_cost.h"
 #include "fulcrum/cost/dtype.h"
 #include "fulcrum/plan/configuration_program.h"
 
@@ -146,63 +147,165 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
   return now;
 }
 
-// Devices for each slice of each wave: the largest slices first; a block of consecutive free devices inside one
-// node when the slice fits in one, the block sharing the most devices with where the MetaOp (or, for its first
-// slice, its inputs) last ran, so that activations stay put; the first free devices when no block is free.
-void place(const MetaGraph& g, int devices, int per_node, std::vector<PlannedWave>& waves) {
-  std::vector<std::vector<int>> last_devices(g.ops.size());
-  for (PlannedWave& wave : waves) {
-    std::vector<char> free(devices, 1);
-    std::vector<size_t> order(wave.slices.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return wave.slices[a].devices > wave.slices[b].devices; });
-    for (size_t i : order) {
-      PlacedSlice& s = wave.slices[i];
-      std::vector<char> wanted(devices, 0);
-      const MetaOp& op = g.ops[s.metaop];
-      if (!last_devices[s.metaop].empty()) {
-        for (int d : last_devices[s.metaop]) wanted[d] = 1;
-      } else {
-        for (int input : op.inputs) {
-          for (int d : last_devices[input]) wanted[d] = 1;
-        }
-      }
-      // Prefix sums of free and wanted devices: every block is scored in O(1).
-      std::vector<int> free_before(devices + 1, 0), wanted_before(devices + 1, 0);
-      for (int d = 0; d < devices; ++d) {
-        free_before[d + 1] = free_before[d] + free[d];
-        wanted_before[d + 1] = wanted_before[d] + (free[d] && wanted[d]);
-      }
-      int best = -1, best_score = -1;
-      bool best_in_node = false;
-      for (int start = 0; start + s.devices <= devices; ++start) {
-        const int end = start + s.devices;
-        if (free_before[end] - free_before[start] != s.devices) continue;
-        const bool in_node = start / per_node == (end - 1) / per_node;
-        const int score = wanted_before[end] - wanted_before[start];
-        // In one node beats across nodes (when the slice fits in one); then more devices shared; then first.
-        const bool better = best < 0 || (in_node && !best_in_node && s.devices <= per_node) ||
-                            (in_node == best_in_node && score > best_score);
-        if (better) {
-          best = start;
-          best_score = score;
-          best_in_node = in_node;
-        }
-      }
-      s.device_ids.clear();
-      if (best >= 0) {
-        for (int d = best; d < best + s.devices; ++d) s.device_ids.push_back(d);
-      } else {
-        for (int d = 0; d < devices && static_cast<int>(s.device_ids.size()) < s.devices; ++d) {
-          if (free[d]) s.device_ids.push_back(d);
-        }
-      }
-      for (int d : s.device_ids) free[d] = 0;
-      last_devices[s.metaop] = s.device_ids;
+// The activation a MetaOp hands on: every sequence's tokens at its width, over all its micro-batches.
+double output_bytes(const MultitaskInputs& in, const MetaOp& op) {
+  return activation_element_bytes(in.dtype) *
+         static_cast<double>(op.micro_batches * op.sequences * op.tokens * op.layer.hidden);
+}
+
+// Where a slice's inputs are when it starts, `last` holding each MetaOp's latest slice: the MetaOp's previous
+// slice, or for its first slice the last slices of the MetaOps it takes, each with the bytes it hands on.
+std::vector<std::pair<const PlacedSlice*, double>> inputs_of(const MultitaskInputs& in, const MetaGraph& g,
+                                                             const std::vector<const PlacedSlice*>& last,
+                                                             const PlacedSlice& s) {
+  const MetaOp& op = g.ops[s.metaop];
+  std::vector<std::pair<const PlacedSlice*, double>> sources;
+  if (last[s.metaop]) {
+    sources.emplace_back(last[s.metaop], output_bytes(in, op));
+  } else {
+    for (int input : op.inputs) {
+      if (last[input]) sources.emplace_back(last[input], output_bytes(in, g.ops[input]));
     }
   }
+  return sources;
 }
+
+// The time to bring a slice's inputs onto `ids` (reshard_cost.h): the slowest of its incoming exchanges.
+double inflow_seconds(const MultitaskInputs& in, const std::vector<std::pair<const PlacedSlice*, double>>& sources,
+                      const PlacedSlice& s, const std::vector<int>& ids) {
+  double worst = 0;
+  for (const auto& [from, bytes] : sources) {
+    if (from->device_ids == ids) continue;  // each device goes on from its own share, as the schedules run it
+    worst = std::max(worst, reshard_seconds({from->device_ids, from->dp, from->tp}, {ids, s.dp, s.tp}, bytes,
+                                            *in.cluster, in.efficiency)
+                                .seconds());
+  }
+  return worst;
+}
+
+// Tensor-parallel groups (tp consecutive devices of `ids`) that span two nodes: their layer collectives would cross
+// the network, which neither the curves nor the simulator charge.
+int split_groups(const std::vector<int>& ids, int tp, int per_node) {
+  int split = 0;
+  for (size_t first = 0; first + tp <= ids.size(); first += static_cast<size_t>(tp)) {
+    split += ids[first] / per_node != ids[first + tp - 1] / per_node;
+  }
+  return split;
+}
+
+// How good a wave's placement is: fewer tensor-parallel groups across nodes, then the slowest exchange into it.
+struct WavePlacement {
+  int split_groups = 0;
+  double inflow_seconds = 0;
+  bool operator<(const WavePlacement& o) const {
+    return split_groups != o.split_groups ? split_groups < o.split_groups : inflow_seconds < o.inflow_seconds;
+  }
+};
+
+// Places `wave`'s slices in `order`: each takes, of the blocks of consecutive free devices, the one with the fewest
+// tensor-parallel groups across nodes, then the one its inputs reach soonest, then one inside a node, then the first;
+// the first free devices when no block is free. `remote[i]`: slice i's inflow from nodes none of its inputs are on.
+WavePlacement place_wave(const MultitaskInputs& in, const std::vector<std::vector<std::pair<const PlacedSlice*, double>>>& sources,
+                         const std::vector<double>& remote, const std::vector<size_t>& order, PlannedWave& wave) {
+  const int devices = device_count(in);
+  const int per_node = std::max(1, in.cluster->device.devices_per_node);
+  const int nodes = (devices + per_node - 1) / per_node;
+  WavePlacement placement;
+  std::vector<char> free(devices, 1);
+  for (size_t i : order) {
+    PlacedSlice& s = wave.slices[i];
+    // Blocks on no node its inputs are on all cost `remote[i]`: only the others are priced one by one.
+    std::vector<int> input_nodes_before(nodes + 1, 0);
+    {
+      std::vector<char> input_node(nodes, 0);
+      for (const auto& [from, bytes] : sources[i]) {
+        for (int d : from->device_ids) input_node[d / per_node] = 1;
+      }
+      for (int k = 0; k < nodes; ++k) input_nodes_before[k + 1] = input_nodes_before[k] + input_node[k];
+    }
+    std::vector<int> free_before(devices + 1, 0);
+    for (int d = 0; d < devices; ++d) free_before[d + 1] = free_before[d] + free[d];
+    std::vector<int> block(static_cast<size_t>(s.devices));
+    int best = -1, best_split = 0;
+    double best_seconds = 0;
+    bool best_in_node = false;
+    for (int start = 0; start + s.devices <= devices; ++start) {
+      const int end = start + s.devices;
+      if (free_before[end] - free_before[start] != s.devices) continue;
+      const int first_node = start / per_node, last_node = (end - 1) / per_node;
+      const bool in_node = first_node == last_node && s.devices <= per_node;
+      std::iota(block.begin(), block.end(), start);
+      const int split = split_groups(block, s.tp, per_node);
+      double seconds = remote[i];
+      if (input_nodes_before[last_node + 1] - input_nodes_before[first_node] > 0) {
+        seconds = inflow_seconds(in, sources[i], s, block);
+      }
+      const double tie = 1e-9 * std::max(seconds, best_seconds);
+      const bool better =
+          best < 0 || split < best_split ||
+          (split == best_split && (seconds < best_seconds - tie ||
+                                   (seconds <= best_seconds + tie && in_node && !best_in_node)));
+      if (better) {
+        best = start;
+        best_split = split;
+        best_seconds = seconds;
+        best_in_node = in_node;
+      }
+    }
+    s.device_ids.clear();
+    if (best >= 0) {
+      for (int d = best; d < best + s.devices; ++d) s.device_ids.push_back(d);
+    } else {
+      for (int d = 0; d < devices && static_cast<int>(s.device_ids.size()) < s.devices; ++d) {
+        if (free[d]) s.device_ids.push_back(d);
+      }
+      best_split = split_groups(s.device_ids, s.tp, per_node);
+      best_seconds = inflow_seconds(in, sources[i], s, s.device_ids);
+    }
+    for (int d : s.device_ids) free[d] = 0;
+    placement.split_groups += best_split;
+    placement.inflow_seconds = std::max(placement.inflow_seconds, best_seconds);
+  }
+  return placement;
+}
+
+}  // namespace
+
+void place_waves(const MultitaskInputs& in, const MetaGraph& g, std::vector<PlannedWave>& waves) {
+  const int devices = device_count(in);
+  const int per_node = std::max(1, in.cluster->device.devices_per_node);
+  const int nodes = (devices + per_node - 1) / per_node;
+  std::vector<const PlacedSlice*> last(g.ops.size(), nullptr);
+  for (PlannedWave& wave : waves) {
+    const size_t n = wave.slices.size();
+    std::vector<std::vector<std::pair<const PlacedSlice*, double>>> sources(n);
+    std::vector<double> remote(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const PlacedSlice& s = wave.slices[i];
+      sources[i] = inputs_of(in, g, last, s);
+      if (sources[i].empty()) continue;
+      // A block on a node past the cluster's: every part of an exchange into it crosses the network.
+      std::vector<int> far(static_cast<size_t>(s.devices));
+      std::iota(far.begin(), far.end(), nodes * per_node);
+      remote[i] = inflow_seconds(in, sources[i], s, far);
+    }
+    // The slices that would lose most away from their inputs first, and the largest first; kept where the wave
+    // places better (a wide slice with no inputs, left last, may find no block of consecutive devices free).
+    std::vector<size_t> by_size(n);
+    std::iota(by_size.begin(), by_size.end(), size_t{0});
+    std::stable_sort(by_size.begin(), by_size.end(),
+                     [&](size_t a, size_t b) { return wave.slices[a].devices > wave.slices[b].devices; });
+    std::vector<size_t> by_loss = by_size;
+    std::stable_sort(by_loss.begin(), by_loss.end(), [&](size_t a, size_t b) { return remote[a] > remote[b]; });
+    PlannedWave by_size_wave = wave;
+    const WavePlacement loss_first = place_wave(in, sources, remote, by_loss, wave);
+    const WavePlacement size_first = place_wave(in, sources, remote, by_size, by_size_wave);
+    if (size_first < loss_first) wave = std::move(by_size_wave);
+    for (const PlacedSlice& s : wave.slices) last[s.metaop] = &s;
+  }
+}
+
+namespace {
 
 // What of the groups' all-reduces outlasts the backward waves: each group starts once its backward wave is over
 // and its devices' earlier all-reduces are done (backward waves taken as two thirds of each wave's compute).
@@ -237,32 +340,15 @@ double exposed_gradient_sync(const MultitaskInputs& in, const std::vector<double
   return last - now;
 }
 
-// Activations into each wave from where they were made, forward and their gradients back: at each wave's start,
-// the slowest of its incoming flows, the flow split over the pairs of producing and consuming devices.
+// Activations into each wave from where they were made, forward and their gradients back (the same parts, the
+// roles of sender and receiver swapped): at each wave's start, the slowest of its incoming exchanges.
 double transfers(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves) {
-  const int per_node = std::max(1, in.cluster->device.devices_per_node);
-  const double element = activation_element_bytes(in.dtype);
   std::vector<const PlacedSlice*> last(g.ops.size(), nullptr);
   double total = 0;
   for (const PlannedWave& w : waves) {
     double wave_in = 0;
     for (const PlacedSlice& s : w.slices) {
-      const MetaOp& op = g.ops[s.metaop];
-      std::vector<std::pair<const PlacedSlice*, const MetaOp*>> sources;
-      if (last[s.metaop]) {
-        sources.push_back({last[s.metaop], &op});
-      } else {
-        for (int input : op.inputs) sources.push_back({last[input], &g.ops[input]});
-      }
-      for (const auto& [from, producer] : sources) {
-        if (!from || from->device_ids == s.device_ids) continue;
-        const double bytes = element * static_cast<double>(producer->micro_batches * producer->sequences *
-                                                           producer->tokens * producer->layer.hidden);
-        const double pairs = static_cast<double>(std::min(from->devices, s.devices));
-        const bool same_node = from->device_ids.front() / per_node == s.device_ids.back() / per_node &&
-                               s.device_ids.front() / per_node == from->device_ids.back() / per_node;
-        wave_in = std::max(wave_in, 2 * p2p_seconds(bytes / pairs, *in.cluster, in.efficiency, same_node ? 1 : per_node));
-      }
+      wave_in = std::max(wave_in, 2 * inflow_seconds(in, inputs_of(in, g, last, s), s, s.device_ids));
     }
     total += wave_in;
     for (const PlacedSlice& s : w.slices) last[s.metaop] = &s;
@@ -350,10 +436,11 @@ std::vector<SyncGroup> sync_groups_of(const MultitaskInputs& in, const MetaGraph
 
 namespace {
 
-// estimate_waves() with `waves`' sync groups already made.
+// estimate_waves() with `waves`' sync groups already made, and their transfers when known (`transfer_seconds`
+// at least 0).
 BaselineTimes estimate_with(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves,
                             const std::vector<SyncGroup>& groups,
-                            std::map<int, double>* exposed_waves = nullptr) {
+                            std::map<int, double>* exposed_waves = nullptr, double transfer_seconds = -1) {
   BaselineTimes t;
   std::vector<double> wave_compute;
   std::vector<double> busy(static_cast<size_t>(device_count(in)), 0), modelled(busy.size(), 0);
@@ -372,7 +459,7 @@ BaselineTimes estimate_with(const MultitaskInputs& in, const MetaGraph& g, const
     t.compute_seconds += longest;
     t.makespan_seconds += longest_modelled;
   }
-  t.transfer_seconds = transfers(in, g, waves);
+  t.transfer_seconds = transfer_seconds >= 0 ? transfer_seconds : transfers(in, g, waves);
   t.gradient_sync_seconds = exposed_gradient_sync(in, wave_compute, groups, exposed_waves);
   t.iteration_seconds = t.compute_seconds + t.transfer_seconds + t.gradient_sync_seconds;
   return t;
@@ -429,7 +516,9 @@ std::vector<PlannedWave> cut_for_gradient_overlap(const MultitaskInputs& in, con
   // Worth cutting: the waves whose gradients' all-reduces end last after the backward waves, and the longest
   // waves, whose all-reduces the chain of each device's all-reduces may wait on.
   std::map<int, double> exposed;
-  double best = estimate_with(in, graph, waves, sync_groups_of(in, graph, waves), &exposed).iteration_seconds;
+  // A cut wave's parts run on its devices, so what the waves move stays the same.
+  const double moved = transfers(in, graph, waves);
+  double best = estimate_with(in, graph, waves, sync_groups_of(in, graph, waves), &exposed, moved).iteration_seconds;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<PlannedWave> best_cut;
     std::map<int, double> best_exposed;
@@ -448,7 +537,8 @@ std::vector<PlannedWave> cut_for_gradient_overlap(const MultitaskInputs& in, con
         std::vector<PlannedWave> cut = cut_wave(waves, static_cast<size_t>(w), parts);
         if (cut.size() <= waves.size()) continue;  // nothing cut
         std::map<int, double> cut_exposed;
-        const double t = estimate_with(in, graph, cut, sync_groups_of(in, graph, cut), &cut_exposed).iteration_seconds;
+        const double t =
+            estimate_with(in, graph, cut, sync_groups_of(in, graph, cut), &cut_exposed, moved).iteration_seconds;
         if (t < best * (1 - kLeastGain)) {
           best = t;
           best_cut = std::move(cut);
@@ -470,7 +560,6 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
   plan.graph = contract(*in.graph);
   plan.curves = curves_of(in, plan.graph);
   const int devices = device_count(in);
-  const int per_node = std::max(1, in.cluster->device.devices_per_node);
   const std::vector<bool> all(plan.graph.ops.size(), true);
   // The curves charge each operator its gradients' all-reduce in full, while the runtime overlaps it with the
   // later backward waves: the waves are kept only where the whole estimate (compute, transfers, the exposed
@@ -480,7 +569,7 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
        {LevelChoice::kFasterOfWavesAndSerial, LevelChoice::kSerialFastest, LevelChoice::kSerialWidest}) {
     MultitaskPlan candidate;
     candidate.makespan_seconds = plan_levels(plan.graph, plan.curves, devices, all, 0.0, candidate, choice);
-    place(plan.graph, devices, per_node, candidate.waves);
+    place_waves(in, plan.graph, candidate.waves);
     std::vector<SyncGroup> groups = sync_groups_of(in, plan.graph, candidate.waves);
     const BaselineTimes e = estimate_with(in, plan.graph, candidate.waves, groups);
     if (choice == LevelChoice::kFasterOfWavesAndSerial) plan.wavefront_makespan_seconds = candidate.makespan_seconds;
@@ -555,7 +644,7 @@ std::vector<PlannedWave> per_task_waves(const MultitaskInputs& in, const Multita
     for (size_t m = 0; m < g.ops.size(); ++m) wanted[m] = g.ops[m].task == static_cast<int>(t);
     now = plan_levels(g, plan.curves, device_count(in), wanted, now, alone);
   }
-  place(g, device_count(in), std::max(1, in.cluster->device.devices_per_node), alone.waves);
+  place_waves(in, g, alone.waves);
   return alone.waves;
 }
 

@@ -114,6 +114,15 @@ struct MultitaskPlan {
 // InputError when an input is missing, the cluster has fewer devices than one, or a MetaOp has no valid count.
 MultitaskPlan plan_multitask(const MultitaskInputs& in);
 
+// Devices for each slice of each wave (`device_ids`, from its `devices`, `dp` and `tp`). One slice after another,
+// each takes, of the blocks of consecutive free devices, the one with the fewest tensor-parallel groups across
+// nodes, then the one its inputs reach soonest (reshard_cost.h: rows a device holds stay, a node's NVLink is faster
+// than the network), then one inside a node, then the first; the first free devices when no block is free. Two
+// orders are tried a wave and the better placement kept (fewer groups across nodes, then the slowest exchange into
+// the wave): the slices that would lose most away from their inputs first (a MetaOp that shrinks onto part of its
+// devices keeps them before a wider slice takes them), and the largest first.
+void place_waves(const MultitaskInputs& in, const MetaGraph& graph, std::vector<PlannedWave>& waves);
+
 // The waves of each arrangement the baselines below time, placed: `sequential` one MetaOp after another on all
 // the devices (its widest valid count, the fastest DP × TP there), `per_task` each task's own planned waves in turn, `task_greedy` the
 // tasks side by side on their own devices, each task's MetaOps in turn.

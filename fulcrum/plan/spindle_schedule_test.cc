@@ -1,6 +1,7 @@
 #include "fulcrum/plan/spindle_schedule.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -8,6 +9,8 @@
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/cost/dtype.h"
 #include "fulcrum/sched/schedule_json.h"
 #include "fulcrum/sched/validate.h"
 #include "fulcrum/sim/simulator.h"
@@ -72,8 +75,10 @@ TEST(WavesSchedule, EveryArrangementDoesTheSameWork) {
   }
 }
 
-// A MetaOp and the one after it in two waves on different devices, so that activations and gradients move.
-std::vector<PlannedWave> two_waves_apart(const Planned& p) {
+// A MetaOp on `producer_ids` and the one after it on `consumer_ids`, in two waves, each over its devices at its
+// curve's point for their count.
+std::vector<PlannedWave> two_waves(const Planned& p, const std::vector<int>& producer_ids,
+                                   const std::vector<int>& consumer_ids) {
   const MetaGraph& g = p.plan.graph;
   int consumer = -1;
   for (size_t m = 0; m < g.ops.size() && consumer < 0; ++m) {
@@ -81,22 +86,28 @@ std::vector<PlannedWave> two_waves_apart(const Planned& p) {
   }
   const int producer = g.ops.at(consumer).inputs[0];
   std::vector<PlannedWave> waves(2);
-  int first = 0;
   for (int m : {producer, consumer}) {
-    const CurvePoint& point = *p.plan.curves[m].at(4);
+    const std::vector<int>& ids = m == producer ? producer_ids : consumer_ids;
+    const CurvePoint* at = p.plan.curves[m].at(static_cast<int>(ids.size()));
+    if (!at) throw std::logic_error("the test's MetaOp has no point at the devices it is given");
+    const CurvePoint& point = *at;
     PlacedSlice s;
     s.metaop = m;
-    s.devices = 4;
+    s.devices = point.devices;
     s.layers = g.ops[m].layers;
     s.seconds = static_cast<double>(s.layers) * point.seconds;
     s.dp = point.dp;
     s.tp = point.tp;
-    for (int d = first; d < first + 4; ++d) s.device_ids.push_back(d);
-    waves[m == producer ? 0 : 1].slices.push_back(s);
-    first += 4;
+    s.device_ids = ids;
+    PlannedWave& w = waves[m == producer ? 0 : 1];
+    w.seconds = s.seconds;
+    w.slices.push_back(s);
   }
   return waves;
 }
+
+// A MetaOp and the one after it in two waves on different devices, so that activations and gradients move.
+std::vector<PlannedWave> two_waves_apart(const Planned& p) { return two_waves(p, {0, 1, 2, 3}, {4, 5, 6, 7}); }
 
 class BrokenWaves : public ::testing::Test {
  protected:
@@ -133,6 +144,40 @@ TEST_F(BrokenWaves, TheWellFormedOneValidatesAndRuns) {
   double passes = 0;
   for (const PlannedWave& w : two_waves_apart(p_)) passes += w.seconds;
   EXPECT_GT(p_.run(s_).iteration_seconds, passes);
+}
+
+// Quarters of a batch on devices 0–3 taken on by devices 0 and 1 in halves: device 0 keeps its quarter and sends
+// nothing, devices 1, 2 and 3 send theirs (reshard_cost.h), and device 1, which takes two quarters, starts its
+// forward only once both are in over its link.
+TEST(WavesSchedule, ActivationsMoveOnlyWhereTheirRowsChangeDevice) {
+  Planned p("multitask-clip-4", "a800:8");
+  const std::vector<PlannedWave> waves = two_waves(p, {0, 1, 2, 3}, {0, 1});
+  const PlacedSlice& from = waves[0].slices[0];
+  const PlacedSlice& to = waves[1].slices[0];
+  ASSERT_EQ(from.dp, 4);
+  ASSERT_EQ(to.dp, 2);
+  const Schedule s = waves_schedule(p.in, p.plan.graph, waves);
+  ASSERT_NO_THROW(validate(s));
+  SimOptions options;
+  options.timeline = true;
+  const SimResult r = simulate(s, p.graph.model, p.cluster, p.cost, p.in.efficiency, MicroBatchLoads{}, options);
+  const MetaOp& producer = p.plan.graph.ops[from.metaop];
+  const double bytes = activation_element_bytes(options.dtype) * static_cast<double>(producer.micro_batches * producer.sequences) *
+                       static_cast<double>(producer.tokens * producer.layer.hidden);
+  const double quarter = bytes / 4 / link_bytes_per_second(p.cluster, p.in.efficiency, true);
+  const double latency = p.in.efficiency.collective_latency_seconds;
+  std::vector<double> sent(4, -1);
+  double first_send_start = 1e300, consumer_start = -1;
+  for (const TimelineEvent& e : r.timeline) {
+    if (e.stream == TimelineEvent::Stream::kP2p && e.op == OpKind::kSend && e.stage == 0) {
+      sent[static_cast<size_t>(e.rank)] = e.end_seconds - e.start_seconds;
+      if (e.end_seconds > e.start_seconds) first_send_start = std::min(first_send_start, e.start_seconds);
+    }
+    if (e.rank == 1 && e.op == OpKind::kForward && e.stage == 1) consumer_start = e.start_seconds;
+  }
+  EXPECT_EQ(sent[0], 0);
+  for (size_t d = 1; d < 4; ++d) EXPECT_NEAR(sent[d], latency + quarter, 1e-12) << d;
+  EXPECT_GE(consumer_start, first_send_start + latency + 2 * quarter - 1e-12);
 }
 
 TEST_F(BrokenWaves, AForwardOutsideItsWave) {

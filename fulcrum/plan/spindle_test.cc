@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/cost/dtype.h"
 
 namespace fulcrum {
 namespace {
@@ -290,6 +293,65 @@ TEST(Spindle, ALongWaveIsCutSoItsGradientsAllReduceUnderItsOwnBackward) {
 
   const std::vector<PlannedWave> brief = one_wave(all_reduce / 1000);
   EXPECT_EQ(cut_for_gradient_overlap(in, g, brief).size(), 1u);
+}
+
+// A tower that shrinks from 8 devices to 4 keeps half of its own, where its activations are, though a wider slice
+// with nothing to fetch (the other task's tower) comes first by size: on another node the tower's new devices would take a quarter of the
+// batch each over the network.
+TEST(Spindle, ASliceShrinkingOntoItsDevicesKeepsThemBeforeAWiderOneTakesThem) {
+  const TaskGraph graph = two_tasks();
+  const ClusterSpec cluster = cluster_preset("a800:16");
+  const AnalyticCost cost(cluster);
+  const MultitaskInputs in{&graph, &cluster, &cost, cost.efficiency()};
+  const MultitaskPlan plan = plan_multitask(in);
+  const MetaGraph& g = plan.graph;
+  int tower = -1, other = -1;
+  for (size_t m = 0; m < g.ops.size(); ++m) {
+    const std::string& component = graph.model.components[g.ops[m].component].name;
+    if (g.ops[m].task == 0 && component == "vision") tower = static_cast<int>(m);
+    if (g.ops[m].task == 1 && component == "vision") other = static_cast<int>(m);
+  }
+  ASSERT_GE(tower, 0);
+  ASSERT_GE(other, 0);
+  ASSERT_TRUE(g.ops[other].inputs.empty());
+  for (const auto& [m, devices] : {std::pair{tower, 8}, std::pair{tower, 4}, std::pair{other, 8}}) {
+    ASSERT_NE(plan.curves[m].at(devices), nullptr) << m << " on " << devices;
+  }
+  auto slice = [&](int m, int devices, int64_t first_layer, int64_t layers) {
+    const CurvePoint& p = *plan.curves[m].at(devices);
+    PlacedSlice s;
+    s.metaop = m;
+    s.devices = devices;
+    s.first_layer = first_layer;
+    s.layers = layers;
+    s.seconds = static_cast<double>(layers) * p.seconds;
+    s.dp = p.dp;
+    s.tp = p.tp;
+    return s;
+  };
+  const int64_t half = g.ops[tower].layers / 2;
+  std::vector<PlannedWave> waves(2);
+  waves[0].slices = {slice(tower, 8, 0, half)};
+  waves[1].slices = {slice(other, 8, 0, g.ops[other].layers), slice(tower, 4, half, g.ops[tower].layers - half)};
+  place_waves(in, g, waves);
+  const std::vector<int>& before = waves[0].slices[0].device_ids;
+  const std::vector<int>& after = waves[1].slices[1].device_ids;
+  ASSERT_EQ(after.size(), 4u);
+  for (int d : after) EXPECT_TRUE(std::binary_search(before.begin(), before.end(), d)) << d;
+  for (int d : waves[1].slices[0].device_ids) {
+    EXPECT_FALSE(std::binary_search(after.begin(), after.end(), d)) << "device " << d << " twice in a wave";
+  }
+  // All of it over NVLink: device 0 keeps its eighth and fetches device 1's; devices 1–3, each holding an eighth
+  // that another needs, fetch two eighths each, the busiest.
+  const PlacedSlice& from = waves[0].slices[0];
+  ASSERT_EQ(from.dp, 8);
+  ASSERT_EQ(waves[1].slices[1].dp, 4);
+  const double bytes = activation_element_bytes(in.dtype) *
+                       static_cast<double>(g.ops[tower].micro_batches * g.ops[tower].sequences * g.ops[tower].tokens *
+                                           g.ops[tower].layer.hidden);
+  const double nvlink = link_bytes_per_second(cluster, in.efficiency, true);
+  EXPECT_NEAR(estimate_waves(in, g, waves).transfer_seconds,
+              2 * (in.efficiency.collective_latency_seconds + bytes / 4 / nvlink), 1e-12);
 }
 
 TEST(Spindle, RefusesMissingInputs) {

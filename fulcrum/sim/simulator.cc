@@ -17,6 +17,7 @@
 #include "fulcrum/core/sorted_ids.h"
 #include "fulcrum/cost/activation_memory.h"
 #include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/cost/reshard_cost.h"
 #include "fulcrum/cost/training_state_memory.h"
 
 namespace fulcrum {
@@ -578,7 +579,7 @@ class Simulator {
     double activation_bytes = 0;  // kept from its forward to its backward
     double model_flops = 0;       // of the whole slice, every device together
     double recompute_flops = 0;   // likewise, of its recomputation
-    double send_bytes = 0;        // its output, one device's share
+    double output_bytes = 0;      // its output, all its rows
   };
   std::vector<SliceCost> slice_costs_;
 
@@ -637,8 +638,8 @@ class Simulator {
         }
         width = spec.hidden;
       }
-      cost.send_bytes = activation_element_bytes(options_.dtype) * micro * static_cast<double>(sl.sequences) *
-                        static_cast<double>(sl.tokens * width) / static_cast<double>(sl.dp * sl.tp);
+      cost.output_bytes = activation_element_bytes(options_.dtype) * micro * static_cast<double>(sl.sequences) *
+                          static_cast<double>(sl.tokens * width);
       slice_costs_.push_back(cost);
     }
   }
@@ -1071,11 +1072,11 @@ class Simulator {
           if (s_.tasks.present()) {
             const auto it = slice_arrivals_.find({in.payload == Payload::kActivation ? 0 : 1, in.peer_stage, in.stage});
             if (it == slice_arrivals_.end() ||
-                it->second.first < static_cast<int>(s_.tasks.slices[in.peer_stage].devices.size())) {
+                it->second.senders < static_cast<int>(s_.tasks.slices[in.peer_stage].devices.size())) {
               dev.waiting = true;
               return;
             }
-            dev.ready = std::max(dev.ready, it->second.second);
+            dev.ready = std::max(dev.ready, it->second.arrival);
             break;
           }
           double at;
@@ -1356,8 +1357,15 @@ class Simulator {
     }
   }
 
-  // Multitask: (payload, sending slice, receiving slice) → devices that have sent it, and the latest arrival.
-  std::map<std::tuple<int, int, int>, std::pair<int, double>> slice_arrivals_;
+  // Multitask: (payload, sending slice, receiving slice) → how the exchange goes, the devices that have sent, the
+  // earliest start of a send that moves anything, and when the last receiver has it all.
+  struct SliceArrival {
+    ReshardSeconds reshard;
+    int senders = 0;
+    double first_start = std::numeric_limits<double>::infinity();
+    double arrival = 0;
+  };
+  std::map<std::tuple<int, int, int>, SliceArrival> slice_arrivals_;
   std::vector<CollectiveState> sync_groups_;
   std::vector<double> device_optimizer_seconds_;
 
@@ -1390,21 +1398,20 @@ class Simulator {
     note_memory(d, end);
   }
 
-  bool one_node(const std::vector<int32_t>& a, const std::vector<int32_t>& b) const {
-    const int per_node = std::max(1, cluster_.device.devices_per_node);
-    const int node = a.front() / per_node;
-    return a.back() / per_node == node && b.front() / per_node == node && b.back() / per_node == node;
-  }
-
   void send_between_slices(int d, const Instruction& in, std::deque<int>& work) {
     Device& dev = devices_[d];
     const bool activation = in.payload == Payload::kActivation;
     const TaskSlice& from = s_.tasks.slices[in.stage];
     const TaskSlice& to = s_.tasks.slices[in.peer_stage];
-    // An activation is the sender's output; a gradient the receiver's output's, sent back.
-    const double bytes = activation ? slice_costs_[in.stage].send_bytes : slice_costs_[in.peer_stage].send_bytes;
-    const int64_t distance = one_node(from.devices, to.devices) ? 1 : std::max(1, cluster_.device.devices_per_node);
-    const double seconds = p2p_seconds(bytes, cluster_, eff_, distance);
+    auto [it, first_sender] = slice_arrivals_.try_emplace({activation ? 0 : 1, in.stage, in.peer_stage});
+    SliceArrival& arrival = it->second;
+    if (first_sender) {
+      // An activation is the sender's output; a gradient the receiver's output's, sent back.
+      const double bytes = activation ? slice_costs_[in.stage].output_bytes : slice_costs_[in.peer_stage].output_bytes;
+      arrival.reshard = reshard_seconds({from.devices, from.dp, from.tp}, {to.devices, to.dp, to.tp}, bytes, cluster_, eff_);
+    }
+    const auto position = std::lower_bound(from.devices.begin(), from.devices.end(), d) - from.devices.begin();
+    const double seconds = arrival.reshard.send[static_cast<size_t>(position)];
     double start, end;
     if (shares_compute()) {
       start = dev.compute_free;
@@ -1418,10 +1425,14 @@ class Simulator {
       dev.p2p_free = end;
     }
     record(d, TimelineEvent::Stream::kP2p, in, start, end);
-    auto& arrival = slice_arrivals_[{activation ? 0 : 1, in.stage, in.peer_stage}];
-    ++arrival.first;
-    arrival.second = std::max(arrival.second, end);
-    if (arrival.first == static_cast<int>(from.devices.size())) {
+    ++arrival.senders;
+    if (seconds > 0) arrival.first_start = std::min(arrival.first_start, start);
+    arrival.arrival = std::max(arrival.arrival, end);
+    if (arrival.senders == static_cast<int>(from.devices.size())) {
+      // The busiest receiver's links take its parts at their rates, from when the first part is sent at the earliest.
+      if (arrival.reshard.receive > 0) {
+        arrival.arrival = std::max(arrival.arrival, arrival.first_start + arrival.reshard.receive);
+      }
       for (int peer : to.devices) {
         if (devices_[peer].waiting) work.push_back(peer);
       }

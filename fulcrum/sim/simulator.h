@@ -183,8 +183,10 @@ struct SimResult {
 //
 // With a multitask section (Spindle), every program is one device's: each slice it runs takes the slice's layers'
 // forward (or backward) over all its micro-batches on its share of the sequences; a slice's input is there when
-// every device of the sending slice has sent its share (between slices on the same devices nothing is sent, and
-// each device goes on from its own share, even where the two slices split the sequences differently); each sync group all-reduces its layers' whole gradients
+// every device of the sending slice has sent the rows each receiving device takes from it and the busiest receiver
+// has taken its own in, its links busy from the earliest send at the soonest (reshard_cost.h: rows a device holds in both slices are not sent; between slices on the
+// same devices nothing is, and each device goes on from its own share, even where the two slices split the
+// sequences differently); each sync group all-reduces its layers' whole gradients
 // (a tensor-parallel share is less: an upper bound) on the collective stream once all its devices have
 // reached it and finished the all-reduces they reached before it (where communication shares the compute
 // cores, also taking slowdown × its seconds and collective_compute_seconds from each member's compute), and
