@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <vector>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/rng.h"
+#include "fulcrum/cost/collective_cost.h"
 #include "fulcrum/cost/test_links.h"
 
 namespace fulcrum {
@@ -37,7 +40,8 @@ TEST(ReshardCost, RowsADeviceHoldsStayAndTheBusiestReceiverSetsTheTime) {
 // A node's eighths to the same eighths on the next node: each device sends its own over its NIC.
 TEST(ReshardCost, PartsForAnotherNodeCrossTheNetwork) {
   const std::vector<int> first = {0, 1, 2, 3, 4, 5, 6, 7}, second = {8, 9, 10, 11, 12, 13, 14, 15};
-  const ReshardSeconds r = reshard_seconds({first, 8, 1}, {second, 8, 1}, 8e9, cluster_preset("a100:16"), plain_links());
+  const ReshardSeconds r =
+      reshard_seconds({first, 8, 1}, {second, 8, 1}, 8e9, cluster_preset("a100:16"), plain_links());
   for (double s : r.send) EXPECT_DOUBLE_EQ(s, 1e9 / kNic);
   EXPECT_DOUBLE_EQ(r.receive, 1e9 / kNic);
   // Each part on the link between its two devices: devices 6–9 (two nodes) to 8–11, one part each.
@@ -67,7 +71,8 @@ TEST(ReshardCost, NvlinkAndTheNetworkCarryADevicesPartsSideBySide) {
 TEST(ReshardCost, RowsSplitWhereGroupsOfTheTwoLayoutsMeet) {
   const std::vector<int> thirds = {0, 1, 2}, halves = {4, 5};
   const double bytes = 6e9;
-  const ReshardSeconds r = reshard_seconds({thirds, 3, 1}, {halves, 2, 1}, bytes, cluster_preset("a100:16"), plain_links());
+  const ReshardSeconds r =
+      reshard_seconds({thirds, 3, 1}, {halves, 2, 1}, bytes, cluster_preset("a100:16"), plain_links());
   ASSERT_EQ(r.send.size(), 3u);
   for (double sent : r.send) EXPECT_DOUBLE_EQ(sent, bytes / 3 / kNvlinkOneWay);
   EXPECT_DOUBLE_EQ(r.receive, bytes / 2 / kNvlinkOneWay);
@@ -106,6 +111,58 @@ TEST(ReshardCost, EachDevicePaysTheLatencyOnce) {
   EXPECT_EQ(r.send[0], 0);  // sends nothing: no latency either
   EXPECT_DOUBLE_EQ(r.send[1], 1e-5 + 1e9 / kNvlinkOneWay);
   EXPECT_DOUBLE_EQ(r.receive, 1e-5 + 2e9 / kNvlinkOneWay);
+}
+
+// Random layouts on one node whose NVLink runs at the network's rate, so that each device's seconds are its bytes
+// over that rate: each device sends, and the busiest receiver takes, what a brute-force count over a grid of rows
+// and tokens fine enough for both layouts says they lack.
+TEST(ReshardCost, EveryDeviceMovesWhatItHoldsAndTheOtherLayoutPutsElsewhere) {
+  ClusterSpec cluster = cluster_preset("a100:16");
+  cluster.device.devices_per_node = 64;
+  cluster.device.inter_node_bytes_per_second = cluster.device.intra_node_bytes_per_second / 2;
+  const double rate = link_bytes_per_second(cluster, plain_links(), true);
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    Rng rng(seed);
+    auto layout = [&](std::vector<int>& ids, int& dp, int& tp) {
+      dp = 1 + static_cast<int>(rng.below(6));
+      tp = 1 << rng.below(3);
+      ids.clear();
+      for (int d = 0; d < 16 && static_cast<int>(ids.size()) < dp * tp; ++d) {
+        if (rng.below(2) == 0 || 16 - d == dp * tp - static_cast<int>(ids.size())) ids.push_back(d);
+      }
+    };
+    std::vector<int> from_ids, to_ids;
+    int dp_from, tp_from, dp_to, tp_to;
+    layout(from_ids, dp_from, tp_from);
+    layout(to_ids, dp_to, tp_to);
+    if (static_cast<int>(from_ids.size()) != dp_from * tp_from || static_cast<int>(to_ids.size()) != dp_to * tp_to) {
+      continue;  // more devices than the node has
+    }
+    ++checked;
+    const double bytes = 1e9;
+    const ReshardSeconds r =
+        reshard_seconds({from_ids, dp_from, tp_from}, {to_ids, dp_to, tp_to}, bytes, cluster, plain_links());
+    // Grid cells: rows in dp_from · dp_to parts, tokens in tp_from · tp_to parts.
+    const int rows = dp_from * dp_to, tokens = tp_from * tp_to;
+    std::map<int, double> sent, received;
+    for (int row = 0; row < rows; ++row) {
+      for (int token = 0; token < tokens; ++token) {
+        const int source = from_ids[static_cast<size_t>(row / dp_to * tp_from + token / tp_to)];
+        const int target = to_ids[static_cast<size_t>(row / dp_from * tp_to + token / tp_from)];
+        if (source == target) continue;
+        sent[source] += bytes / rows / tokens;
+        received[target] += bytes / rows / tokens;
+      }
+    }
+    for (size_t k = 0; k < from_ids.size(); ++k) {
+      EXPECT_NEAR(r.send[k] * rate, sent[from_ids[k]], 1e-9 * bytes) << "seed " << seed << " device " << from_ids[k];
+    }
+    double busiest = 0;
+    for (const auto& [device, b] : received) busiest = std::max(busiest, b);
+    EXPECT_NEAR(r.receive * rate, busiest, 1e-9 * bytes) << "seed " << seed;
+  }
+  EXPECT_GT(checked, 100);
 }
 
 }  // namespace

@@ -153,13 +153,15 @@ double output_bytes(const MultitaskInputs& in, const MetaOp& op) {
          static_cast<double>(op.micro_batches * op.sequences * op.tokens * op.layer.hidden);
 }
 
+// The slices a slice takes its inputs from, each with the bytes it hands on.
+using SliceInputs = std::vector<std::pair<const PlacedSlice*, double>>;
+
 // Where a slice's inputs are when it starts, `last` holding each MetaOp's latest slice: the MetaOp's previous
-// slice, or for its first slice the last slices of the MetaOps it takes, each with the bytes it hands on.
-std::vector<std::pair<const PlacedSlice*, double>> inputs_of(const MultitaskInputs& in, const MetaGraph& g,
-                                                             const std::vector<const PlacedSlice*>& last,
-                                                             const PlacedSlice& s) {
+// slice, or for its first slice the last slices of the MetaOps it takes.
+SliceInputs inputs_of(const MultitaskInputs& in, const MetaGraph& g, const std::vector<const PlacedSlice*>& last,
+                      const PlacedSlice& s) {
   const MetaOp& op = g.ops[s.metaop];
-  std::vector<std::pair<const PlacedSlice*, double>> sources;
+  SliceInputs sources;
   if (last[s.metaop]) {
     sources.emplace_back(last[s.metaop], output_bytes(in, op));
   } else {
@@ -171,8 +173,8 @@ std::vector<std::pair<const PlacedSlice*, double>> inputs_of(const MultitaskInpu
 }
 
 // The time to bring a slice's inputs onto `ids` (reshard_cost.h): the slowest of its incoming exchanges.
-double inflow_seconds(const MultitaskInputs& in, const std::vector<std::pair<const PlacedSlice*, double>>& sources,
-                      const PlacedSlice& s, const std::vector<int>& ids) {
+double inflow_seconds(const MultitaskInputs& in, const SliceInputs& sources, const PlacedSlice& s,
+                      const std::vector<int>& ids) {
   double worst = 0;
   for (const auto& [from, bytes] : sources) {
     if (from->device_ids == ids) continue;  // each device goes on from its own share, as the schedules run it
@@ -205,7 +207,7 @@ struct WavePlacement {
 // Places `wave`'s slices in `order`: each takes, of the blocks of consecutive free devices, the one with the fewest
 // tensor-parallel groups across nodes, then the one its inputs reach soonest, then one inside a node, then the first;
 // the first free devices when no block is free. `remote[i]`: slice i's inflow from nodes none of its inputs are on.
-WavePlacement place_wave(const MultitaskInputs& in, const std::vector<std::vector<std::pair<const PlacedSlice*, double>>>& sources,
+WavePlacement place_wave(const MultitaskInputs& in, const std::vector<SliceInputs>& sources,
                          const std::vector<double>& remote, const std::vector<size_t>& order, PlannedWave& wave) {
   const int devices = device_count(in);
   const int per_node = std::max(1, in.cluster->device.devices_per_node);
@@ -229,15 +231,20 @@ WavePlacement place_wave(const MultitaskInputs& in, const std::vector<std::vecto
     int best = -1, best_split = 0;
     double best_seconds = 0;
     bool best_in_node = false;
-    for (int start = 0; start + s.devices <= devices; ++start) {
+    // A slice wider than a node starts on a node's first device; a narrower one anywhere.
+    const int step = s.devices > per_node ? per_node : 1;
+    for (int start = 0; start + s.devices <= devices; start += step) {
       const int end = start + s.devices;
       if (free_before[end] - free_before[start] != s.devices) continue;
       const int first_node = start / per_node, last_node = (end - 1) / per_node;
       const bool in_node = first_node == last_node && s.devices <= per_node;
-      std::iota(block.begin(), block.end(), start);
-      const int split = split_groups(block, s.tp, per_node);
+      int split = 0;
+      for (int first = start; first + s.tp <= end; first += s.tp) {
+        split += first / per_node != (first + s.tp - 1) / per_node;
+      }
       double seconds = remote[i];
       if (input_nodes_before[last_node + 1] - input_nodes_before[first_node] > 0) {
+        std::iota(block.begin(), block.end(), start);
         seconds = inflow_seconds(in, sources[i], s, block);
       }
       const double tie = 1e-9 * std::max(seconds, best_seconds);
@@ -278,7 +285,7 @@ void place_waves(const MultitaskInputs& in, const MetaGraph& g, std::vector<Plan
   std::vector<const PlacedSlice*> last(g.ops.size(), nullptr);
   for (PlannedWave& wave : waves) {
     const size_t n = wave.slices.size();
-    std::vector<std::vector<std::pair<const PlacedSlice*, double>>> sources(n);
+    std::vector<SliceInputs> sources(n);
     std::vector<double> remote(n, 0);
     for (size_t i = 0; i < n; ++i) {
       const PlacedSlice& s = wave.slices[i];

@@ -115,7 +115,8 @@ struct MultitaskPlan {
 MultitaskPlan plan_multitask(const MultitaskInputs& in);
 
 // Devices for each slice of each wave (`device_ids`, from its `devices`, `dp` and `tp`). One slice after another,
-// each takes, of the blocks of consecutive free devices, the one with the fewest tensor-parallel groups across
+// each takes, of the blocks of consecutive free devices (starting on a node's first device for a slice wider than a
+// node), the one with the fewest tensor-parallel groups across
 // nodes, then the one its inputs reach soonest (reshard_cost.h: rows a device holds stay, a node's NVLink is faster
 // than the network), then one inside a node, then the first; the first free devices when no block is free. Two
 // orders are tried a wave and the better placement kept (fewer groups across nodes, then the slowest exchange into

@@ -162,8 +162,9 @@ TEST(WavesSchedule, ActivationsMoveOnlyWhereTheirRowsChangeDevice) {
   options.timeline = true;
   const SimResult r = simulate(s, p.graph.model, p.cluster, p.cost, p.in.efficiency, MicroBatchLoads{}, options);
   const MetaOp& producer = p.plan.graph.ops[from.metaop];
-  const double bytes = activation_element_bytes(options.dtype) * static_cast<double>(producer.micro_batches * producer.sequences) *
-                       static_cast<double>(producer.tokens * producer.layer.hidden);
+  const double bytes = activation_element_bytes(options.dtype) *
+                       static_cast<double>(producer.micro_batches * producer.sequences * producer.tokens *
+                                           producer.layer.hidden);
   const double quarter = bytes / 4 / link_bytes_per_second(p.cluster, p.in.efficiency, true);
   const double latency = p.in.efficiency.collective_latency_seconds;
   std::vector<double> sent(4, -1);

@@ -86,6 +86,11 @@ TEST(Spindle, PlansWavesThatCoverEveryOperatorOnDisjointDevices) {
           EXPECT_TRUE(used.insert(d).second) << preset << ": device " << d << " twice in a wave";
         }
         EXPECT_EQ(s.dp * s.tp, s.devices);
+        // A slice wider than a node, on consecutive devices, starts on a node's first device.
+        const int per_node = cluster.device.devices_per_node;
+        if (s.devices > per_node && s.device_ids.back() - s.device_ids.front() + 1 == s.devices) {
+          EXPECT_EQ(s.device_ids.front() % per_node, 0) << preset;
+        }
         EXPECT_EQ(s.first_layer, next[s.metaop]);
         next[s.metaop] += s.layers;
         // Every input of a MetaOp's first slice has finished in an earlier wave.
@@ -103,9 +108,13 @@ TEST(Spindle, PlansWavesThatCoverEveryOperatorOnDisjointDevices) {
     EXPECT_LE(plan.compute_seconds, plan.makespan_seconds * (1 + 1e-12)) << "compute is the makespan without sync";
     EXPECT_GE(plan.wavefront_makespan_seconds, plan.lower_bound_seconds * (1 - 1e-9)) << preset;
     EXPECT_TRUE(plan.arrangement == "waves" || plan.arrangement == "fastest" || plan.arrangement == "widest");
-    if (plan.arrangement == "waves") EXPECT_EQ(plan.makespan_seconds, plan.wavefront_makespan_seconds);
+    if (plan.arrangement == "waves") {
+      EXPECT_EQ(plan.makespan_seconds, plan.wavefront_makespan_seconds);
+    }
     for (const LevelPlan& level : plan.levels) {
-      if (plan.arrangement != "waves") EXPECT_TRUE(level.serial) << "the MetaOps in turn, level by level";
+      if (plan.arrangement != "waves") {
+        EXPECT_TRUE(level.serial) << "the MetaOps in turn, level by level";
+      }
     }
     EXPECT_NEAR(plan.iteration_seconds, plan.compute_seconds + plan.transfer_seconds + plan.gradient_sync_seconds,
                 1e-12);
@@ -296,8 +305,8 @@ TEST(Spindle, ALongWaveIsCutSoItsGradientsAllReduceUnderItsOwnBackward) {
 }
 
 // A tower that shrinks from 8 devices to 4 keeps half of its own, where its activations are, though a wider slice
-// with nothing to fetch (the other task's tower) comes first by size: on another node the tower's new devices would take a quarter of the
-// batch each over the network.
+// with nothing to fetch (the other task's tower) comes first by size: on another node the tower's new devices would
+// take a quarter of the batch each over the network.
 TEST(Spindle, ASliceShrinkingOntoItsDevicesKeepsThemBeforeAWiderOneTakesThem) {
   const TaskGraph graph = two_tasks();
   const ClusterSpec cluster = cluster_preset("a800:16");

@@ -1408,7 +1408,8 @@ class Simulator {
     if (first_sender) {
       // An activation is the sender's output; a gradient the receiver's output's, sent back.
       const double bytes = activation ? slice_costs_[in.stage].output_bytes : slice_costs_[in.peer_stage].output_bytes;
-      arrival.reshard = reshard_seconds({from.devices, from.dp, from.tp}, {to.devices, to.dp, to.tp}, bytes, cluster_, eff_);
+      arrival.reshard =
+          reshard_seconds({from.devices, from.dp, from.tp}, {to.devices, to.dp, to.tp}, bytes, cluster_, eff_);
     }
     const auto position = std::lower_bound(from.devices.begin(), from.devices.end(), d) - from.devices.begin();
     const double seconds = arrival.reshard.send[static_cast<size_t>(position)];
