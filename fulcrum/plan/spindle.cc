@@ -185,12 +185,13 @@ double inflow_seconds(const MultitaskInputs& in, const SliceInputs& sources, con
   return worst;
 }
 
-// Tensor-parallel groups (tp consecutive devices of `ids`) that span two nodes: their layer collectives would cross
-// the network, which neither the curves nor the simulator charge.
-int split_groups(const std::vector<int>& ids, int tp, int per_node) {
+// Tensor-parallel groups (tp consecutive devices of `count`, the k-th being id_at(k)) that span two nodes: their
+// layer collectives would cross the network, which neither the curves nor the simulator charge.
+template <typename IdAt>
+int split_groups(int count, int tp, int per_node, IdAt id_at) {
   int split = 0;
-  for (size_t first = 0; first + tp <= ids.size(); first += static_cast<size_t>(tp)) {
-    split += ids[first] / per_node != ids[first + tp - 1] / per_node;
+  for (int first = 0; first + tp <= count; first += tp) {
+    split += id_at(first) / per_node != id_at(first + tp - 1) / per_node;
   }
   return split;
 }
@@ -238,10 +239,7 @@ WavePlacement place_wave(const MultitaskInputs& in, const std::vector<SliceInput
       if (free_before[end] - free_before[start] != s.devices) continue;
       const int first_node = start / per_node, last_node = (end - 1) / per_node;
       const bool in_node = first_node == last_node && s.devices <= per_node;
-      int split = 0;
-      for (int first = start; first + s.tp <= end; first += s.tp) {
-        split += first / per_node != (first + s.tp - 1) / per_node;
-      }
+      const int split = split_groups(s.devices, s.tp, per_node, [start](int k) { return start + k; });
       double seconds = remote[i];
       if (input_nodes_before[last_node + 1] - input_nodes_before[first_node] > 0) {
         std::iota(block.begin(), block.end(), start);
@@ -266,7 +264,8 @@ WavePlacement place_wave(const MultitaskInputs& in, const std::vector<SliceInput
       for (int d = 0; d < devices && static_cast<int>(s.device_ids.size()) < s.devices; ++d) {
         if (free[d]) s.device_ids.push_back(d);
       }
-      best_split = split_groups(s.device_ids, s.tp, per_node);
+      best_split =
+          split_groups(s.devices, s.tp, per_node, [&s](int k) { return s.device_ids[static_cast<size_t>(k)]; });
       best_seconds = inflow_seconds(in, sources[i], s, s.device_ids);
     }
     for (int d : s.device_ids) free[d] = 0;
