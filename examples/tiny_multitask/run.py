@@ -96,9 +96,13 @@ def make_optimizer(a, parameters):
 
 def freeze(a, model, step: int) -> None:
     """With ``--frozen-steps N``, the encoder's last layer takes no gradients for the first N steps and trains
-    after, as a recipe that unfreezes part of a model partway through."""
+    after, as a recipe that unfreezes part of a model partway through; with ``--frozen-encoder`` the whole encoder
+    takes none, as when heads are trained on a frozen backbone."""
     for q in model.components["vision"][-1].parameters():
         q.requires_grad_(step >= a.frozen_steps)
+    if a.frozen_encoder:
+        for q in model.components["vision"].parameters():
+            q.requires_grad_(False)
 
 
 def reference(a) -> dict:
@@ -113,8 +117,9 @@ def reference(a) -> dict:
     losses, task_losses = [], []
     for k in range(a.warmup + a.steps):
         freeze(a, model, k)
-        total, per_task = model.reference_loss(make_batches(model.config, k % a.steps, a.seed))
-        total.backward()
+        for _ in range(a.accumulate):
+            total, per_task = model.reference_loss(make_batches(model.config, k % a.steps, a.seed))
+            total.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(total.detach()))
@@ -170,7 +175,8 @@ def worker(a, setups: dict) -> None:
             freeze(a, model, k)
             dist.barrier()
             start = time.perf_counter()
-            result = runtime.step(batches[order[k]])
+            for _ in range(a.accumulate):
+                result = runtime.step(batches[order[k]])
             optimizer.step()
             optimizer.zero_grad(set_to_none=a.zero_grad == "none")
             end = time.perf_counter()
@@ -261,6 +267,9 @@ def argument_parser() -> argparse.ArgumentParser:
                         "optimizer's zero_grad zeroes in place (default none)")
     p.add_argument("--frozen-steps", type=int, default=0,
                    help="steps for which the encoder's last layer is frozen before it trains (default 0)")
+    p.add_argument("--frozen-encoder", action="store_true", help="train the heads on a frozen encoder")
+    p.add_argument("--accumulate", type=int, default=1,
+                   help="runs of each step's batches whose gradients one optimizer step takes (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="folder for the run's inputs (default: a temporary one)")
     p.add_argument("--fulcrum", help="the fulcrum command (default: build/fulcrum, then PATH)")

@@ -108,6 +108,22 @@ def test_after_round_runs_between_the_rounds_of_the_grid():
     assert "layer" in events[events.index("round") + 1:]  # the grid ran again after the first round's call
 
 
+def test_frozen_layers_are_timed_for_the_passes_they_run():
+    # A frozen first layer (a frozen patch embedding) runs no backward at all, and a frozen layer further on only
+    # its input gradient: the table leaves out what they do not run (the analytic model prices it), so profiling a
+    # partly frozen model does not fail.
+    model = TinyVlm(CONFIG)
+    for q in [*model.layers[0].parameters(), *model.layers[1].parameters()]:
+        q.requires_grad_(False)
+    first = fp.time_layer(model.layers[0], lambda: model.profile_inputs(0, 64), warmup=0, repeats=1)
+    assert set(first) == {"forward", "recompute"} and first["forward"] > 0
+    middle = fp.time_layer(model.layers[1], lambda: model.profile_inputs(1, 64), warmup=0, repeats=1)
+    assert middle["backward_input"] == middle["backward"] > 0 and middle["backward_weight"] == 0
+    table = fp.profile_model(model, model.fulcrum_model(), GRID, warmup=0, repeats=1)
+    passes = {(e["layer"], e["pass"]) for e in table["entries"]}
+    assert ("patch_embedding", "forward") in passes and ("patch_embedding", "backward") not in passes
+
+
 NCCL_TESTS = """# nThread 1 nGpus 1 minBytes 1024 maxBytes 4194304 step: 4(factor) warmup iters: 5 iters: 20
 #
 # Using devices

@@ -108,6 +108,17 @@ def test_a_layer_unfrozen_partway_is_synchronised(tmp_path):
     assert_same_losses(result, reference)
 
 
+def test_a_frozen_encoder_and_accumulated_gradients_train_as_one_process(tmp_path):
+    # The shared encoder frozen whole (its slices' outputs take no gradient), and each optimizer step taking the
+    # gradients of two runs of its batches: gradients kept from the first run must not be summed over the
+    # devices again by the second's all-reduce.
+    for extra in (["--frozen-encoder"], ["--accumulate", 2]):
+        reference, _ = run_example(tmp_path / "reference", "reference", *extra)
+        for mode in ("sequential", "waves"):
+            result, _ = run_example(tmp_path / mode, mode, *extra)
+            assert_same_losses(result, reference)
+
+
 def split_schedule(template):
     """A hand-made schedule in which data moves between slices of different data-parallel widths on different
     devices: task 0's encoder on both devices then its head on device 0 (device 1 sends its half of the rows);

@@ -107,16 +107,19 @@ def time_layer(layer: torch.nn.Module, make_inputs: Callable[[], tuple], *, warm
 
     grads = [torch.randn_like(o) for o in forward()]
     forward_seconds = _median_seconds(forward, warmup, repeats, f"{label}/forward", profiler)
+    if not grads:  # frozen, on inputs that take no gradient: no backward pass at all
+        return {"forward": forward_seconds, "recompute": forward_seconds}
     whole = _median_seconds(lambda out: torch.autograd.backward(out, grads, inputs=inputs + params), warmup,
                             repeats, f"{label}/backward", profiler, setup=forward)
     input_half = weight_half = None
-    if inputs and grads:
+    if inputs and not params:  # frozen: the input gradient is the whole backward, and no weight half
+        input_half = whole
+    elif inputs:
         input_half = _median_seconds(lambda out: backward_input(out, grads, inputs, params), warmup, repeats,
                                      f"{label}/backward_input", profiler, setup=forward)
-        if params:
-            weight_half = _median_seconds(lambda pending: backward_weight(params, pending), warmup, repeats,
-                                          f"{label}/backward_weight", profiler,
-                                          setup=lambda: backward_input(forward(), grads, inputs, params)[1])
+        weight_half = _median_seconds(lambda pending: backward_weight(params, pending), warmup, repeats,
+                                      f"{label}/backward_weight", profiler,
+                                      setup=lambda: backward_input(forward(), grads, inputs, params)[1])
     layer.zero_grad(set_to_none=True)
     return passes_from_medians(forward_seconds, whole, input_half, weight_half)
 

@@ -200,7 +200,7 @@ class ScheduleExecutor:
     def _roots(self, s: int, mb: int):
         received, outs, grads = self.saved[(s, mb)]
         if s == self.last_stage:
-            return received, list(outs), None
+            return received, [o for o in outs if o.requires_grad], None  # no root when all is frozen
         if grads == "pending":
             grads = self._take(("gradient", s, mb), ("gradient", s + 1, mb))
             self.saved[(s, mb)] = (received, outs, grads)
@@ -212,24 +212,28 @@ class ScheduleExecutor:
         with self.timeline.span(f"{op} s{s} mb{mb}", name, COMPUTE, s, mb):
             received, roots, grads = self._roots(s, mb)
             inputs = [t for t in received if t.is_floating_point()]
+            # A stage whose layers are all frozen has no weight gradients: its BI pass is its whole backward and
+            # its W pass has nothing to do; a frozen first stage's outputs take no gradient at all (no roots).
+            params = [q for q in self.stages[s].parameters() if q.requires_grad]
             if op == "B":
-                torch.autograd.backward(roots, grads)
+                if roots:
+                    torch.autograd.backward(roots, grads)
                 self.saved.pop((s, mb))
                 input_grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in inputs]
             elif op == "BI":
                 wanted = [t for t in inputs if t.requires_grad]
-                params = [q for q in self.stages[s].parameters() if q.requires_grad]
-                if wanted:
+                if wanted and roots and params:
                     found, self.split[(s, mb)] = backward_input(roots, grads, wanted, params)
+                elif wanted and roots:
+                    found = torch.autograd.grad(roots, wanted, grads, allow_unused=True)
                 else:  # the first stage: nothing to send back, the W pass does the whole backward
-                    found = ()
+                    found = [None] * len(wanted)
                 input_grads = [g if g is not None else torch.zeros_like(t) for t, g in zip(wanted, found)]
             else:  # W: the weight gradients the BI pass left for later
-                params = [q for q in self.stages[s].parameters() if q.requires_grad]
                 pending = self.split.pop((s, mb), None)
                 if pending is not None:
                     backward_weight(params, pending)
-                else:
+                elif roots and params:
                     torch.autograd.backward(roots, grads, inputs=params)
                 self.saved.pop((s, mb))
                 return

@@ -72,11 +72,15 @@ class Runtime:
     A plan with an encoder section (``fulcrum plan --encoders bubbles``) also gives each rank one stage of the
     encoders' own plan, whose passes the executor runs in the LLM pipeline's bubbles: where the plan puts them, or
     earlier when the rank would otherwise wait for a message (``fill_waits``, see :class:`ScheduleExecutor`).
+    ``find_unused_parameters`` is passed to DistributedDataParallel (pure data parallelism): True, the default,
+    lets a micro-batch leave parameters unused; False saves DDP a walk over the autograd graph each step where
+    every micro-batch uses every parameter.
     """
 
     def __init__(self, model: nn.Module, plan: Optional[PlanSource] = None, loss_fn: Optional[LossFn] = None, *,
                  micro_batches: Optional[int] = None, labels_key: str = "labels", ignore_index: int = -100,
-                 engine: str = "auto", timeline: bool = False, fill_waits: bool = True):
+                 engine: str = "auto", timeline: bool = False, fill_waits: bool = True,
+                 find_unused_parameters: bool = True):
         if loss_fn is None:
             raise ValueError("loss_fn is required: it returns a micro-batch's summed loss")
         initialized = dist.is_available() and dist.is_initialized()
@@ -100,6 +104,7 @@ class Runtime:
         self.loss_fn, self.labels_key, self.ignore_index = loss_fn, labels_key, ignore_index
         self.timeline = Timeline(timeline)
         self.fill_waits = fill_waits
+        self.find_unused_parameters = find_unused_parameters
         self._dp_group, self._pp_group = self._make_groups() if initialized else (None, None)
         self._encoder_group = self._make_encoder_group() if initialized and p.encoder is not None else None
 
@@ -196,7 +201,10 @@ class Runtime:
                 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
                 from torch.nn.parallel import DistributedDataParallel
 
-                self._module = DistributedDataParallel(stage, process_group=self._dp_group)
+                # A micro-batch may leave parameters unused (text-only samples skip the image encoder): DDP must
+                # look for them, or its reduction waits for gradients that never come.
+                self._module = DistributedDataParallel(stage, process_group=self._dp_group,
+                                                       find_unused_parameters=self.find_unused_parameters)
 
                 def hook(state, bucket):
                     # A bucket is ready when its gradients are computed: the last one marks the end of this
@@ -283,14 +291,19 @@ class Runtime:
         if self.engine == "ddp":
             compute = self._step_ddp(micro_batches)
         else:
+            earlier = self._set_aside_earlier_gradients() if p.dp > 1 or self.encoder is not None else []
             if self.engine == "torch":
                 self._step_torch(micro_batches)
             else:
                 self._local_loss = self._executor.run(micro_batches)
             compute = self.timeline.busy_seconds(COMPUTE)
-        if self.engine == "torch" and p.dp > 1:
-            with self.timeline.span("all_reduce gradients", "collective", COLLECTIVE):
-                self._all_reduce_gradients(self.parameters())
+            if self.engine == "torch" and p.dp > 1:
+                with self.timeline.span("all_reduce gradients", "collective", COLLECTIVE):
+                    self._all_reduce_gradients(self.parameters())
+            for q, grad in earlier:
+                if q.grad is not None:
+                    grad.add_(q.grad)
+                q.grad = grad
         seconds = time.perf_counter() - start
         loss = torch.tensor([self._local_loss / replicas], dtype=torch.float64)
         if self.world_size > 1:
@@ -299,6 +312,17 @@ class Runtime:
         return StepResult(loss=float(loss.item()), step_tokens=int(step_tokens), seconds=seconds,
                           compute_seconds=compute, wait_seconds=max(0.0, seconds - compute),
                           encoder_passes_ahead=ahead)
+
+    def _set_aside_earlier_gradients(self) -> list:
+        """Takes out the gradients this rank's parameters hold from earlier steps (accumulated, not zeroed), to be
+        added back once this step's are reduced: they are already reduced, and the sum over replicas would add
+        them once per replica. (DistributedDataParallel averages, which leaves them as they are.)"""
+        earlier = []
+        for q in self.parameters():
+            if q.grad is not None:
+                earlier.append((q, q.grad))
+                q.grad = None
+        return earlier
 
     def _step_ddp(self, micro_batches) -> float:
         module, timeline = self._module, self.timeline

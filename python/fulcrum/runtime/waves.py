@@ -265,6 +265,12 @@ class WaveRuntime:
                     elif q.grad.data_ptr() != v.data_ptr():
                         v.copy_(q.grad)
                     q.grad = v
+                # Gradients kept from an earlier step (accumulated, not zeroed) are already summed over the
+                # devices: they sit out this step's all-reduce, which would add them once per device, and are
+                # added back when it is done.
+                if bool(flat.any()):
+                    self._earlier.append((flat, flat.clone()))
+                    flat.zero_()
 
     # -- the plan's data flow -----------------------------------------------------------------------------------
     def _node_of(self, s: WaveSlice) -> int:
@@ -348,6 +354,7 @@ class WaveRuntime:
         self.pending: list = []
         self.reducing: list = []  # the all-reduce of each sync group's buckets in flight
         self.task_loss = [0.0] * len(self.tasks)
+        self._earlier: list = []  # (bucket, what it held before this step)
         self._bind_gradients()
         self.timeline.begin_step()
         start = time.perf_counter()
@@ -376,6 +383,9 @@ class WaveRuntime:
         with self.timeline.span("wait gradient sync", "collective", COLLECTIVE):
             for work in self.reducing:
                 work.wait()
+        for flat, earlier in self._earlier:
+            flat.add_(earlier)
+        self._earlier = []
         if self.saved or self.inbox or self.outbox or self.grads:
             raise RuntimeError("the schedule left work undone: " +
                                ", ".join(map(str, [*self.saved, *self.inbox, *self.outbox, *self.grads])))
@@ -437,8 +447,12 @@ class WaveRuntime:
             inputs, roots = self.saved.pop((s, mb))
             grads = None if self.loss_slice[s] else self.grads.pop((s, mb))
             self.outputs.pop((s, mb), None)
+            # Outputs of frozen work (a frozen first component) take no gradient: only the rest are backward roots.
+            pairs = [(r, None if grads is None else g) for r, g in zip(roots, grads or [None] * len(roots))
+                     if r.requires_grad]
             with self.timeline.span(f"B slice {s} mb{mb}", "backward", COMPUTE, s, mb):
-                torch.autograd.backward(list(roots), grads)
+                if pairs:
+                    torch.autograd.backward([r for r, _ in pairs], None if grads is None else [g for _, g in pairs])
             for q, leaves in inputs.items():
                 input_grads = tuple(t.grad if t.grad is not None else torch.zeros_like(t) for t in leaves)
                 a, _ = self._rows(s, self.rank, mb)
