@@ -209,12 +209,24 @@ TEST_F(Cli, BadInputTable) {
        "fulcrum-output-twice.json --trace ./fulcrum-output-twice.json", "given for two outputs of one run"},
       {"warnings_before_an_error", "", "batch --data data/internvl_sft_1.2M.json --dp 8 --out "
        "/nonexistent-fulcrum-folder/x.json", "cannot write"},
+      // A value given twice would be read from its last place, the first dropped without a word.
+      {"index_dataset_twice", R"({"a": {"token_lengths": "x.json"}, "a": {"token_lengths": "y.json"}})",
+       "stats --data {file}", "key 'a' appears twice in one object"},
+      {"csv_column_twice", "vit_num,token_num,token_num\n1,300,9000\n", "batch --data {file} --dp 1 --out {out}",
+       "line 1: names column 'token_num' twice"},
+      {"cluster_key_twice", R"({"fulcrum": 1, "preset": "h100:8", "preset": "a100:8"})",
+       "simulate --model gpt-11b --cluster {file} --gbs 8 --trace {out}", "key 'preset' appears twice"},
+      // An output over an input of the same run would destroy the input.
+      {"output_over_its_input", ok, "batch --data {file} --dp 1 --out {file}", "is an input of this run"},
+      {"threads_past_any_machine", "", "plan --model gpt-11b --cluster a100:8 --gbs 8 --quiet --threads 100000 --out "
+       "{out}", "--threads must be from 1 to 1024, got 100000"},
       // The text is printed whole or not at all.
       {"model_text_all_or_nothing", "", "model --model internvl-chat-1.5 --seq 16777216 --mbs 65536",
        "implausibly large"},
   };
   for (const BadCase& c : cases) {
-    const std::string ext = std::string(c.name) == "csv_row" ? ".csv" : ".json";
+    const std::string ext =
+        std::string(c.name) == "csv_row" || std::string(c.name) == "csv_column_twice" ? ".csv" : ".json";
     const std::string file = (dir_ / (std::string(c.name) + ext)).string();
     if (!c.file_text.empty()) write(std::string(c.name) + ext, c.file_text);
     const std::string out = (dir_ / (std::string(c.name) + ".plan.json")).string();
@@ -237,6 +249,28 @@ TEST_F(Cli, BadInputTable) {
     EXPECT_TRUE(r.out.empty()) << c.name;
     EXPECT_FALSE(fs::exists(out)) << c.name << ": partial output left behind";
   }
+}
+
+// An output named by a symbolic link replaces the file the link names and keeps the link; an empty value is refused,
+// not taken for the option left out; output that cannot reach stdout fails the run.
+TEST_F(Cli, OutputsGoThroughLinksAndEmptyValuesAreRefused) {
+  const std::string data = write("d.json", R"([{"vit_num": 1, "token_num": 300}, {"vit_num": 0, "token_num": 20}])");
+  fs::create_directories(dir_ / "plans");
+  fs::create_symlink("plans/real.json", dir_ / "link.json");
+  const Result linked = run("batch --data " + data + " --dp 1 --quiet --out " + (dir_ / "link.json").string());
+  ASSERT_EQ(linked.status, 0) << linked.err;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link.json"));
+  EXPECT_NE(slurp(dir_ / "plans" / "real.json").find("batch_plan"), std::string::npos);
+
+  const Result empty = run("batch --data " + data + " --dp 1 --quiet --out ''");
+  EXPECT_EQ(empty.status, 2);
+  EXPECT_EQ(empty.err, "fulcrum: error: --out is given an empty value (see --help)\n");
+
+  const std::string full = fmt::format("cd '{}' && '{}' stats --data {} > /dev/full 2> '{}'", FULCRUM_SOURCE_DIR,
+                                       FULCRUM_BINARY, data, (dir_ / "err").string());
+  const int raw = std::system(full.c_str());
+  EXPECT_EQ(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, 2);
+  EXPECT_EQ(slurp(dir_ / "err"), "fulcrum: error: standard output: cannot write\n");
 }
 
 // A plan's report: every section, a timeline row per pipeline rank, the compared plan with the speed-up its
@@ -1045,6 +1079,16 @@ TEST_F(Cli, MultitaskBadInput) {
     }
     std::ofstream(unsynced) << doc.dump();
   }
+  // The saved one with its first slice given to a task that does not exist, or on other sequences than its task's:
+  // well formed, but not the work of these tasks.
+  auto edited = [&](const std::string& name, size_t field, int64_t value) {
+    nlohmann::json doc = nlohmann::json::parse(slurp(saved));
+    doc["tasks"]["slices"][0][field] = value;
+    const std::string file = (dir_ / name).string();
+    std::ofstream(file) << doc.dump();
+    return file;
+  };
+  const std::string no_task = edited("no_task.json", 0, 99), other_tokens = edited("other_tokens.json", 5, 3);
   auto graph = [&](const std::string& name, const std::string& task) {
     const fs::path file = dir_ / name;
     std::ofstream(file) << R"({"fulcrum": 1, "kind": "tasks", "name": "bad", "model": "vit-3b", "tasks": [)" << task
@@ -1061,12 +1105,21 @@ TEST_F(Cli, MultitaskBadInput) {
       {"--tasks " + graph("indivisible.json", R"({"name": "t", "batch": 10, "micro_batches": 4, "nodes": [{"name": "a",
          "component": "vit-3b", "tokens": 257}]})"),
        "indivisible.json: tasks[0] ('t'): batch 10 is not divisible into 4 micro-batches"},
+      {"--tasks " + graph("input_twice.json", R"({"name": "t", "batch": 8, "nodes": [{"name": "a", "component":
+         "vit-3b", "tokens": 257}, {"name": "b", "component": "vit-3b", "tokens": 257, "inputs": ["a", "a"]}]})"),
+       "input_twice.json: tasks[0] ('t').nodes[1].inputs: 'a' is named twice"},
+      {"--tasks " + graph("too_long.json", R"({"name": "t", "batch": 524288, "nodes": [{"name": "a", "component":
+         "vit-3b", "tokens": 4194304}]})"),
+       "too_long.json: tasks[0] ('t').nodes[0]: 524288 sequences of 4194304 tokens a micro-batch is too large"},
       {"--tasks clip-99", "neither a preset"},
       {"--tasks multitask-clip-4 --load-schedule " + saved16, "saved16.json: the schedule has programs for 16 devices "
                                                                "but the cluster 'a800:8' has 8"},
       {"--tasks qwen-val --load-schedule " + saved, "saved.json: the schedule covers"},
       {"--tasks multitask-clip-4 --load-schedule " + pipeline, "pipeline.json: not a multitask schedule"},
       {"--tasks multitask-clip-4 --load-schedule " + unsynced, "unsynced.json: layer "},
+      {"--tasks multitask-clip-4 --load-schedule " + no_task, "no_task.json: slice 0 runs task 99, but"},
+      {"--tasks multitask-clip-4 --load-schedule " + other_tokens, "other_tokens.json: slice 0 runs 256 sequences of 3 "
+                                                                    "tokens"},
       {"--tasks multitask-clip-4 --load-schedule " + saved + " --save-schedule x.json", "--load-schedule times"},
       {"--tasks multitask-clip-4 --zero 2", "--zero 2: a multitask plan all-reduces gradients in full"},
       {"--tasks multitask-clip-4 --bucket-mb -1", "--bucket-mb -1: expected MiB from 0"},

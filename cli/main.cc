@@ -42,6 +42,17 @@ int main(int argc, char** argv) {
     std::cerr << fmt::format("fulcrum: error: {} (see --help)\n", e.what());
     return 2;
   }
+  // An empty value would be taken as the option left out (no output written, the default used) without a word.
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const CLI::Option* option : sub->get_options()) {
+      for (const std::string& value : option->results()) {
+        if (value.empty()) {
+          std::cerr << fmt::format("fulcrum: error: {} is given an empty value (see --help)\n", option->get_name());
+          return 2;
+        }
+      }
+    }
+  }
   try {
     if (app.got_subcommand("stats")) run_stats();
     if (app.got_subcommand("batch")) run_batch();
@@ -51,6 +62,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("multitask")) run_multitask();
     if (app.got_subcommand("report")) run_report();
     fulcrum::flush_warnings();
+    std::cout.flush();
+    if (!std::cout) throw fulcrum::InputError("standard output: cannot write");
   } catch (const fulcrum::InputError& e) {
     std::cerr << fmt::format("fulcrum: error: {}\n", e.what());
     return 2;

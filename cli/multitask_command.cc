@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -15,6 +17,7 @@
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/profiled_cost.h"
+#include "fulcrum/plan/metaop_graph.h"
 #include "fulcrum/plan/spindle.h"
 #include "fulcrum/plan/spindle_schedule.h"
 #include "fulcrum/report/html.h"
@@ -109,6 +112,58 @@ Json timed_json(const Timed& t) {
 // --load-schedule: a schedule written by --save-schedule (or by hand) timed by the simulator on these tasks,
 // cluster and costs, without planning: what a measured run of that schedule is compared against when the costs
 // were measured after it was planned.
+// A saved schedule runs every task's work once: each layer of each task's nodes in exactly one slice, on that
+// node's sequences and tokens. Otherwise a task (or part of one) left out or run twice would be timed as if it
+// were the iteration.
+void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, const std::string& file) {
+  using Key = std::tuple<int, int, int64_t>;  // task, component, layer
+  struct Work {
+    int64_t sequences = 0;  // over every micro-batch
+    int64_t tokens = 0;
+    int count = 0;  // the task's nodes that run the layer
+  };
+  std::map<Key, Work> wanted;
+  for (const MetaOp& op : contract(graph).ops) {
+    for (int64_t l = op.first_layer; l < int64_t{op.first_layer} + op.layers; ++l) {
+      Work& w = wanted[{op.task, op.component, l}];
+      w.sequences = op.sequences * op.micro_batches;
+      w.tokens = op.tokens;
+      ++w.count;
+    }
+  }
+  std::map<Key, int> ran;
+  const auto& slices = schedule.tasks.slices;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const TaskSlice& sl = slices[i];
+    if (sl.task < 0 || sl.task >= static_cast<int>(graph.tasks.size())) {
+      throw InputError(fmt::format("{}: slice {} runs task {}, but '{}' has {} tasks", file, i, sl.task, graph.name,
+                                   graph.tasks.size()));
+    }
+    for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
+      const auto it = wanted.find({sl.task, sl.component, l});
+      if (it == wanted.end()) {
+        throw InputError(fmt::format("{}: slice {} runs layer {} of component {}, which task '{}' does not run", file,
+                                     i, l, sl.component, graph.tasks[sl.task].name));
+      }
+      if (sl.sequences * sl.micro_batches != it->second.sequences || sl.tokens != it->second.tokens) {
+        throw InputError(fmt::format("{}: slice {} runs {} sequences of {} tokens, task '{}' {} of {}", file, i,
+                                     sl.sequences * sl.micro_batches, sl.tokens, graph.tasks[sl.task].name,
+                                     it->second.sequences, it->second.tokens));
+      }
+      if (++ran[it->first] > it->second.count) {
+        throw InputError(fmt::format("{}: slice {} runs layer {} of task '{}' a second time", file, i, l,
+                                     graph.tasks[sl.task].name));
+      }
+    }
+  }
+  for (const auto& [key, work] : wanted) {
+    if (ran[key] < work.count) {
+      throw InputError(fmt::format("{}: no slice runs layer {} of component {} for task '{}'", file, std::get<2>(key),
+                                   std::get<1>(key), graph.tasks[std::get<0>(key)].name));
+    }
+  }
+}
+
 void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const ClusterSpec& cluster,
                      const CostModel& cost, const ProfileTable* profile, const DeviceEfficiency& efficiency,
                      Dtype dtype) {
@@ -132,6 +187,7 @@ void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const Cl
   } catch (const InputError& e) {  // a schedule for another task graph: name the file
     throw InputError(fmt::format("{}: {}", file, e.what()));
   }
+  check_covers_the_tasks(schedule, graph, file);  // after the model's own checks, which say more of a mismatch
   if (!o.trace.empty()) {
     write_file_atomically(o.trace, chrome_trace(simulated, fmt::format("{} on {}: {}", graph.name, o.cluster, file)));
   }

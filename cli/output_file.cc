@@ -1,5 +1,6 @@
 #include "cli/output_file.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,32 +13,40 @@
 #include <vector>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/input_files.h"
 
 namespace fulcrum {
 
 namespace {
 
-// A temporary file beside `path` holding `content`; its name, or InputError naming `path`.
-std::string stage(const std::string& path, std::string_view content) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const std::string hidden = fmt::format(".{}.XXXXXX", target.filename().string());
-  const std::string pattern = target.parent_path().empty() ? hidden : (target.parent_path() / hidden).string();
-  std::vector<char> name(pattern.begin(), pattern.end());
-  name.push_back('\0');
-  const int fd = mkstemp(name.data());
-  if (fd < 0) throw InputError(fmt::format("{}: cannot write ({})", path, std::strerror(errno)));
+// Writes all of `content` to `fd`; 0, or the errno of the write that failed.
+int write_all(int fd, std::string_view content) {
   size_t written = 0;
   while (written < content.size()) {
     const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
     if (n < 0) {
       if (errno == EINTR) continue;
-      const int error = errno;
-      ::close(fd);
-      ::unlink(name.data());
-      throw InputError(fmt::format("{}: cannot write ({})", path, std::strerror(error)));
+      return errno;
     }
     written += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+// A temporary file beside `target` holding `content`; its name, or InputError naming `path` (what the user gave).
+std::string stage(const std::string& target, const std::string& path, std::string_view content) {
+  namespace fs = std::filesystem;
+  const fs::path file(target);
+  const std::string hidden = fmt::format(".{}.XXXXXX", file.filename().string());
+  const std::string pattern = file.parent_path().empty() ? hidden : (file.parent_path() / hidden).string();
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());
+  if (fd < 0) throw InputError(fmt::format("{}: cannot write ({})", path, std::strerror(errno)));
+  if (const int error = write_all(fd, content)) {
+    ::close(fd);
+    ::unlink(name.data());
+    throw InputError(fmt::format("{}: cannot write ({})", path, std::strerror(error)));
   }
   const bool modes_set = ::fchmod(fd, 0644) == 0;
   const int mode_error = errno;
@@ -47,6 +56,29 @@ std::string stage(const std::string& path, std::string_view content) {
     throw InputError(fmt::format("{}: cannot write ({})", path, std::strerror(error)));
   }
   return name.data();
+}
+
+// The file `path` names once symbolic links are followed (that file may not exist yet).
+std::string link_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  std::error_code error;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, error)); ++hops) {
+    const fs::path to = fs::read_symlink(p, error);
+    if (error) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p.string();
+}
+
+// `content` written straight into `path`, a device or pipe that cannot be staged beside and renamed.
+void write_in_place(const std::string& path, std::string_view content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+  if (fd < 0) throw InputError(fmt::format("{}: cannot write ({})", path, std::strerror(errno)));
+  const int error = write_all(fd, content);
+  if (::close(fd) != 0 || error) {
+    throw InputError(fmt::format("{}: cannot write ({})", path, std::strerror(error ? error : errno)));
+  }
 }
 
 }  // namespace
@@ -62,30 +94,51 @@ void OutputFiles::add(std::string path, std::string content) {
 }
 
 void OutputFiles::write() {
-  // What would make a rename fail once others are done: a directory in a target's place, a target named twice.
+  namespace fs = std::filesystem;
+  // Where each output goes: through a symbolic link to the file it names; a device or pipe (/dev/stdout) is
+  // written in place, as it cannot be replaced. What would make a rename fail once others are done, or lose a
+  // file: a directory in a target's place, a target named twice, an input of the run.
   std::set<std::string> seen;
+  std::vector<std::string> targets;
+  std::vector<bool> in_place;
   for (const auto& [path, content] : files_) {
     std::error_code error;
-    if (std::filesystem::is_directory(path, error)) {
-      throw InputError(fmt::format("{}: cannot write (Is a directory)", path));
-    }
+    if (fs::is_directory(path, error)) throw InputError(fmt::format("{}: cannot write (Is a directory)", path));
     // Absolute first: weakly_canonical leaves a relative path whose every part is new ("plan.json") relative.
-    const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path), error);
+    const fs::path resolved = fs::weakly_canonical(fs::absolute(path), error);
     if (!error && !seen.insert(resolved.string()).second) {  // a path it cannot resolve fails in stage(), named
       throw InputError(fmt::format("{}: given for two outputs of one run", path));
     }
+    if (is_input_file(path)) {
+      throw InputError(fmt::format("{}: is an input of this run; write the output to another file", path));
+    }
+    const fs::file_status status = fs::status(path, error);
+    in_place.push_back(!error && fs::exists(status) && !fs::is_regular_file(status));
+    targets.push_back(link_target(path));
   }
-  std::vector<std::string> staged;
+  std::vector<std::string> staged(files_.size());
+  auto unstage = [&] {
+    for (const std::string& name : staged) {
+      if (!name.empty()) ::unlink(name.c_str());
+    }
+  };
   try {
-    for (const auto& [path, content] : files_) staged.push_back(stage(path, content));
+    for (size_t i = 0; i < files_.size(); ++i) {
+      if (!in_place[i]) staged[i] = stage(targets[i], files_[i].first, files_[i].second);
+    }
+    for (size_t i = 0; i < files_.size(); ++i) {
+      if (in_place[i]) write_in_place(files_[i].first, files_[i].second);
+    }
   } catch (...) {
-    for (const std::string& name : staged) ::unlink(name.c_str());
+    unstage();
     throw;
   }
   for (size_t i = 0; i < files_.size(); ++i) {
-    if (std::rename(staged[i].c_str(), files_[i].first.c_str()) != 0) {
+    if (in_place[i]) continue;
+    if (std::rename(staged[i].c_str(), targets[i].c_str()) != 0) {
       const int error = errno;
-      for (size_t j = i; j < staged.size(); ++j) ::unlink(staged[j].c_str());
+      for (size_t j = 0; j < i; ++j) staged[j].clear();  // renamed into place already
+      unstage();
       throw InputError(fmt::format("{}: cannot write ({})", files_[i].first, std::strerror(error)));
     }
   }

@@ -14,8 +14,10 @@ void write_file_atomically(const std::string& path, std::string_view content);
 
 // Several outputs of one run, written all or none: each is staged in a temporary file beside its path, and only
 // when every one is staged are they renamed into place. write() throws InputError naming the first path that
-// cannot be written (a missing folder, a directory in its place, a path given twice), leaving none of the set
-// written; only a rename the file system refuses after the checks could leave the files renamed before it.
+// cannot be written (a missing folder, a directory in its place, a path given twice, a file the run read as input),
+// leaving none of the set written; only a rename the file system refuses after the checks could leave the files
+// renamed before it. A symbolic link is written through (the file it names is replaced, the link kept); a device
+// or pipe (/dev/stdout) is written in place.
 class OutputFiles {
  public:
   void add(std::string path, std::string content);

@@ -201,7 +201,10 @@ void run_plan(const PlanOptions& o) {
     }
     request.encoders = EncoderSite::kStages;
   }
-  if (o.threads < 1) throw InputError(fmt::format("--threads must be at least 1, got {}", o.threads));
+  // More threads than any machine runs would only fail to start, mid-plan.
+  if (o.threads < 1 || o.threads > 1024) {
+    throw InputError(fmt::format("--threads must be from 1 to 1024, got {}", o.threads));
+  }
   set_image_tokens(request.model, o.image_tokens);
   if (!o.baseline_config.empty()) request.pinned = parse_config(o.baseline_config, "--baseline-config");
   if (!o.config.empty()) request.config = parse_config(o.config, "--config");

@@ -168,7 +168,9 @@ void run_simulate(const SimulateOptions& o) {
   }
   const int64_t images = o.images_per_sample >= 0 ? o.images_per_sample : (model.has_encoder() ? 1 : 0);
   if (o.steps < 1) throw InputError(fmt::format("--steps must be at least 1, got {}", o.steps));
-  if (o.seq < 1) throw InputError(fmt::format("--seq must be at least 1, got {}", o.seq));
+  if (o.seq < 1 || o.seq > (int64_t{1} << 24)) {
+    throw InputError(fmt::format("--seq must be from 1 to 16777216, got {}", o.seq));
+  }
   check_global_batch(o.gbs, cluster.devices);
   if (o.mbs < 1) throw InputError(fmt::format("--mbs must be at least 1, got {}", o.mbs));
 

@@ -2,13 +2,32 @@
 
 #include <fmt/format.h>
 
+#include <set>
+#include <vector>
+
 #include "fulcrum/core/error.h"
 
 namespace fulcrum {
 
 nlohmann::json parse_json_document(std::string_view text, const std::string& file) {
+  // The keys of each object open on the way down, so that a key given twice is refused: the parser would keep the
+  // last silently, and a setting (or a dataset in a meta index) written first would be lost without a word.
+  std::vector<std::set<std::string>> open_objects;
+  const nlohmann::json::parser_callback_t refuse_repeated_keys = [&](int, nlohmann::json::parse_event_t event,
+                                                                     nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) {
+      open_objects.emplace_back();
+    } else if (event == Event::object_end) {
+      open_objects.pop_back();
+    } else if (event == Event::key && !open_objects.back().insert(parsed.get<std::string>()).second) {
+      throw InputError(fmt::format("{}: key '{}' appears twice in one object", file,
+                                   parsed.get<std::string>().substr(0, 60)));
+    }
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, refuse_repeated_keys);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));
   } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double

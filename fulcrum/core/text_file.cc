@@ -2,16 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/input_files.h"
 
 namespace fulcrum {
 
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open", path));
+  if (!in) throw InputError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  note_input_file(path);
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();

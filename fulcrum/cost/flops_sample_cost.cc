@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/json_document.h"
+#include "fulcrum/core/text_file.h"
 
 namespace fulcrum {
 
@@ -50,6 +49,10 @@ FlopsCoefficients parse_flops_coefficients(std::string_view text, const std::str
     }
     if (!known) throw InputError(fmt::format("{}: unknown coefficient '{}'", file, key));
   }
+  // Every sample would cost nothing: balancing would have nothing to balance, and caps in FLOPs nothing to cap.
+  if (!(c.vit_tile_flops + c.vision_token_flops + c.llm_token_flops + c.llm_attention_flops_per_token_squared > 0)) {
+    throw InputError(fmt::format("{}: every coefficient is zero, so every sample would cost nothing", file));
+  }
   if (!(c.device_flops_per_second > 0.0)) {
     throw InputError(fmt::format("{}: device_flops_per_second must be positive", file));
   }
@@ -57,11 +60,7 @@ FlopsCoefficients parse_flops_coefficients(std::string_view text, const std::str
 }
 
 FlopsCoefficients read_flops_coefficients(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot read", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_flops_coefficients(buffer.str(), path);
+  return parse_flops_coefficients(read_text_file(path), path);
 }
 
 }  // namespace fulcrum

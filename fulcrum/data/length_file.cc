@@ -4,11 +4,14 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <limits>
 #include <vector>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/input_files.h"
 
 namespace fulcrum {
 namespace {
@@ -199,9 +202,14 @@ class CsvReader {
     if (!header_done_) {
       for (const auto& name : fields) {
         const std::string n = name.value_or("");
-        columns_.push_back(n == "vit_num" ? kVitNum : n == "vision_tokens" ? kVisionTokens
-                           : n == "token_num" ? kTokenNum : n == "image_flags" ? kImageFlags
-                           : n == "task" ? kTask : kOther);
+        const Column column = n == "vit_num" ? kVitNum : n == "vision_tokens" ? kVisionTokens
+                              : n == "token_num" ? kTokenNum : n == "image_flags" ? kImageFlags
+                              : n == "task" ? kTask : kOther;
+        // A field named twice would be read from its last column, the first silently dropped.
+        if (column != kOther && std::find(columns_.begin(), columns_.end(), column) != columns_.end()) {
+          sink_.fail("line 1", fmt::format("names column '{}' twice", n));
+        }
+        columns_.push_back(column);
       }
       header_done_ = true;
       return;
@@ -281,8 +289,12 @@ uint32_t parse_length_records(std::string_view text, LengthFormat format, const 
 uint32_t read_length_file(const std::string& path, Dataset& dataset) {
   simdjson::padded_string text;
   if (auto error = simdjson::padded_string::load(path).get(text)) {
-    throw InputError(fmt::format("{}: cannot read ({})", path, simdjson::error_message(error)));
+    std::error_code ignored;
+    throw InputError(fmt::format("{}: cannot read ({})", path,
+                                 std::filesystem::exists(path, ignored) ? simdjson::error_message(error)
+                                                                        : "no such file"));
   }
+  note_input_file(path);
   std::string_view view(text.data(), text.size());
   std::optional<LengthFormat> format = detect_length_format(path, view);
   if (!format) throw InputError(fmt::format("{}: a JSON object, not a length file (a meta index?)", path));

@@ -9,6 +9,7 @@
 #include <ostream>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/input_files.h"
 #include "fulcrum/core/json_document.h"
 #include "fulcrum/data/length_file.h"
 
@@ -24,8 +25,11 @@ namespace fs = std::filesystem;
 simdjson::padded_string read_padded(const std::string& path) {
   simdjson::padded_string text;
   if (auto error = simdjson::padded_string::load(path).get(text)) {
-    throw InputError(fmt::format("{}: cannot read ({})", path, simdjson::error_message(error)));
+    std::error_code ignored;
+    throw InputError(fmt::format("{}: cannot read ({})", path,
+                                 fs::exists(path, ignored) ? simdjson::error_message(error) : "no such file"));
   }
+  note_input_file(path);
   return text;
 }
 

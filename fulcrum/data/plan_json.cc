@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/core/json_document.h"
 
 namespace fulcrum {
 
@@ -62,7 +63,7 @@ int64_t integer_field(const nlohmann::json& j, const char* key, int64_t low, int
 BatchPlan plan_from_json(std::string_view text, const std::string& file) {
   constexpr int64_t kMaxCount = int64_t{1} << 40;
   try {
-    const nlohmann::json j = nlohmann::json::parse(text);
+    const nlohmann::json j = parse_json_document(text, file);
     const bool version_one = j.is_object() && j.contains("fulcrum") && j["fulcrum"].is_number_integer() &&
                              j["fulcrum"].get<int64_t>() == 1;
     if (!version_one || !j.contains("kind") || j["kind"] != "batch_plan") {

@@ -3,13 +3,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/json_document.h"
+#include "fulcrum/core/text_file.h"
 #include "fulcrum/model/model_builders.h"
 
 namespace fulcrum {
@@ -336,11 +335,7 @@ ModelSpec model_from_hf_config(std::string_view text, const std::string& file) {
 }
 
 ModelSpec read_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return model_from_hf_config(text.str(), path);
+  return model_from_hf_config(read_text_file(path), path);
 }
 
 }  // namespace fulcrum

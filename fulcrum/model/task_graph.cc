@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -24,7 +25,7 @@ class Reader : public JsonReader {
  public:
   using JsonReader::JsonReader;
 
-  // An integer from 1 to `most`: bounds far past any model, within which products such as tokens² stay exact.
+  // An integer from 1 to `most`: bounds far past any model.
   int64_t positive(const Json& j, const std::string& where, int64_t most) const {
     if (!j.is_number_integer()) fail(where, "expected a positive integer");
     if (j.is_number_unsigned() ? j.get<uint64_t>() > static_cast<uint64_t>(most) : j.get<int64_t>() > most) {
@@ -106,6 +107,13 @@ class Reader : public JsonReader {
       if (nodes[k].contains("items_per_sample")) {
         n.items_per_sample = positive(nodes[k]["items_per_sample"], node_at + ".items_per_sample", int64_t{1} << 16);
       }
+      // Attention's work grows with sequences × tokens²: kept within 2^53, where it stays exact (in int64 and in
+      // double) and far past any model.
+      const double sequences = static_cast<double>(task.batch / task.micro_batches * n.items_per_sample);
+      if (sequences * static_cast<double>(n.tokens) * static_cast<double>(n.tokens) > 0x1p53) {
+        fail(node_at, "{} sequences of {} tokens a micro-batch is too large (sequences × tokens² at most 2^53)",
+             sequences, n.tokens);
+      }
       task.nodes.push_back(std::move(n));
     }
     // Inputs by name, once every node is known.
@@ -118,7 +126,11 @@ class Reader : public JsonReader {
         const std::string name = text(inputs[i], fmt::format("{}[{}]", inputs_at, i));
         const auto it = index.find(name);
         if (it == index.end()) fail(inputs_at, "'{}' is not a node of task '{}'", name.substr(0, 60), task.name);
-        task.nodes[k].inputs.push_back(it->second);
+        std::vector<int>& taken = task.nodes[k].inputs;
+        if (std::find(taken.begin(), taken.end(), it->second) != taken.end()) {
+          fail(inputs_at, "'{}' is named twice", name.substr(0, 60));
+        }
+        taken.push_back(it->second);
       }
     }
     try {

@@ -95,9 +95,11 @@ std::vector<EncoderPlan> encoder_plans(const ModelSpec& model, const ParallelLay
       std::string why;
       for (int c : side.encoders) {
         const ComponentSpec& comp = model.components[c];
-        if (comp.attention_heads() % tp != 0 || comp.kv_heads() % tp != 0) {
+        // Key/value heads split over TP, or each copied to TP / kv_heads shards (as the cost model prices it).
+        const int64_t kv = comp.kv_heads();
+        if (comp.attention_heads() % tp != 0 || (kv % tp != 0 && tp % kv != 0)) {
           why = fmt::format("TP {} does not divide encoder '{}''s {} heads ({} key/value)", tp, comp.name,
-                            comp.attention_heads(), comp.kv_heads());
+                            comp.attention_heads(), kv);
           break;
         }
       }

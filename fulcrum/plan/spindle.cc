@@ -149,8 +149,8 @@ double plan_levels(const MetaGraph& g, const std::vector<ScalabilityCurve>& curv
 
 // The activation a MetaOp hands on: every sequence's tokens at its width, over all its micro-batches.
 double output_bytes(const MultitaskInputs& in, const MetaOp& op) {
-  return activation_element_bytes(in.dtype) *
-         static_cast<double>(op.micro_batches * op.sequences * op.tokens * op.layer.hidden);
+  return activation_element_bytes(in.dtype) * static_cast<double>(op.micro_batches) *
+         static_cast<double>(op.sequences) * static_cast<double>(op.tokens) * static_cast<double>(op.layer.hidden);
 }
 
 // The slices a slice takes its inputs from, each with the bytes it hands on.
@@ -177,7 +177,8 @@ double inflow_seconds(const MultitaskInputs& in, const SliceInputs& sources, con
                       const std::vector<int>& ids) {
   double worst = 0;
   for (const auto& [from, bytes] : sources) {
-    if (from->device_ids == ids) continue;  // each device goes on from its own share, as the schedules run it
+    // Each device goes on from its own share, as the schedules run it, unless the share's layout changes.
+    if (from->device_ids == ids && from->dp == s.dp && from->tp == s.tp) continue;
     worst = std::max(worst, reshard_seconds({from->device_ids, from->dp, from->tp}, {ids, s.dp, s.tp}, bytes,
                                             *in.cluster, in.efficiency)
                                 .seconds());

@@ -111,7 +111,12 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
     t.sync_groups.push_back(std::move(spec));
     ready_wave.push_back(g.ready_wave);
   }
-  auto moves = [&](int a, int b) { return t.slices[a].devices != t.slices[b].devices; };
+  // Rows move where the devices change or, on the same devices, the split of the rows between DP and TP does.
+  auto moves = [&](int a, int b) {
+    const TaskSlice& x = t.slices[a];
+    const TaskSlice& y = t.slices[b];
+    return x.devices != y.devices || x.dp != y.dp || x.tp != y.tp;
+  };
   auto on = [&](int slice, int device) {
     const auto& d = t.slices[slice].devices;
     return std::binary_search(d.begin(), d.end(), device);

@@ -181,6 +181,29 @@ TEST(WavesSchedule, ActivationsMoveOnlyWhereTheirRowsChangeDevice) {
   EXPECT_GE(consumer_start, first_send_start + latency + 2 * quarter - 1e-12);
 }
 
+// The same four devices going from data parallelism (each a quarter of the rows, whole) to tensor parallelism
+// (every row, a quarter of each): each device holds a quarter of what it needs, so the rows move between the waves
+// both ways, and the planner's transfer estimate counts them.
+TEST(WavesSchedule, RowsMoveWhereTheSameDevicesSplitThemAnotherWay) {
+  Planned p("multitask-clip-4", "a800:8");
+  std::vector<PlannedWave> waves = two_waves(p, {0, 1, 2, 3}, {0, 1, 2, 3});
+  ASSERT_EQ(waves[0].slices[0].dp, 4);
+  PlacedSlice& to = waves[1].slices[0];
+  to.dp = 1;
+  to.tp = 4;
+  const Schedule s = waves_schedule(p.in, p.plan.graph, waves);
+  ASSERT_NO_THROW(validate(s));
+  int sends = 0;
+  for (const Program& program : s.programs) {
+    for (const Instruction& in : program.instructions) sends += in.op == OpKind::kSend;
+  }
+  EXPECT_EQ(sends, 8);  // every device sends activations on and gradients back
+  EXPECT_GT(estimate_waves(p.in, p.plan.graph, waves).transfer_seconds, 0);
+  double passes = 0;
+  for (const PlannedWave& w : waves) passes += w.seconds;
+  EXPECT_GT(p.run(s).iteration_seconds, passes);
+}
+
 TEST_F(BrokenWaves, AForwardOutsideItsWave) {
   Schedule s = s_;
   auto& program = s.programs[0].instructions;

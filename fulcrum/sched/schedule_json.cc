@@ -276,6 +276,12 @@ class Reader : public JsonReader {
       slice.layers = int32(f[3], at(3), 1);
       slice.sequences = integer(f[4], at(4), 1, int64_t{1} << 40);
       slice.tokens = integer(f[5], at(5), 1, int64_t{1} << 40);
+      // As a task graph's nodes: attention's sequences × tokens² within 2^53, where it stays exact.
+      if (static_cast<double>(slice.sequences) * static_cast<double>(slice.tokens) * static_cast<double>(slice.tokens) >
+          0x1p53) {
+        fail(where, "{} sequences of {} tokens is too large (sequences × tokens² at most 2^53)", slice.sequences,
+             slice.tokens);
+      }
       slice.micro_batches = int32(f[6], at(6), 1);
       slice.dp = static_cast<int32_t>(integer(f[7], at(7), 1, kMaxDegree));
       slice.tp = static_cast<int32_t>(integer(f[8], at(8), 1, kMaxDegree));

@@ -95,7 +95,7 @@ class MultitaskValidator {
         int first = t_.waves;
         for (size_t i = 0; i < t_.slices.size(); ++i) {
           const TaskSlice& sl = t_.slices[i];
-          if (sl.component == component && sl.first_layer <= layer && layer < sl.first_layer + sl.layers) {
+          if (sl.component == component && sl.first_layer <= layer && layer < int64_t{sl.first_layer} + sl.layers) {
             first = std::min(first, sl.wave);
             // The group's shards are whole shards of every slice's: the slice splits them further or not at all.
             if (sl.tp % group.tp != 0) {
@@ -177,10 +177,11 @@ class MultitaskValidator {
             const bool activation = in.payload == Payload::kActivation;
             const int sender = in.op == OpKind::kSend ? in.stage : in.peer_stage;
             const int receiver = in.op == OpKind::kSend ? in.peer_stage : in.stage;
-            // Activations go to a slice of a later wave, gradients back to one of an earlier wave.
+            // Activations go to a slice of the same or a later wave, gradients back to one of the same or an
+            // earlier wave (a slice on the same devices that splits the rows another way, in the same wave).
             const int ws = t_.slices[sender].wave, wr = t_.slices[receiver].wave;
-            if (activation ? ws >= wr : ws <= wr) {
-              fail("{}: {}s go to a slice of an {} wave", describe(r, i), payload_name(in.payload),
+            if (activation ? ws > wr : ws < wr) {
+              fail("{}: {}s go to a slice of the same or an {} wave", describe(r, i), payload_name(in.payload),
                    activation ? "later" : "earlier");
             }
             const std::tuple<int, int, int> key{activation ? 0 : 1, sender, receiver};

@@ -59,8 +59,8 @@ std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const 
   for (const TaskSlice& sl : schedule.tasks.slices) {
     if (!std::binary_search(sl.devices.begin(), sl.devices.end(), device)) continue;
     const ComponentSpec& c = model.components.at(sl.component);
-    for (int32_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
-      HeldParameters& h = held[{sl.component, l}];
+    for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
+      HeldParameters& h = held[{sl.component, static_cast<int>(l)}];
       h.parameters = std::max(h.parameters, c.layers.at(l).parameters() / std::max(1, sl.tp));
       h.tp = std::max(h.tp, sl.tp);
     }
@@ -69,8 +69,8 @@ std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const 
   // of devices times every layer, so no sort of the repeats.
   std::map<std::pair<int, int>, std::vector<int32_t>> holders;
   for (const TaskSlice& sl : schedule.tasks.slices) {
-    for (int32_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
-      const std::pair<int, int> key{sl.component, l};
+    for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
+      const std::pair<int, int> key{sl.component, static_cast<int>(l)};
       if (!held.count(key)) continue;
       merge_sorted_ids(holders[key], sl.devices);
     }
@@ -409,7 +409,7 @@ class Simulator {
           sl.first_layer + static_cast<int64_t>(sl.layers) >
               static_cast<int64_t>(model_.components[sl.component].layers.size())) {
         fail("slice {} names layers [{}, {}) of component {}, which model '{}' does not have", i, sl.first_layer,
-             sl.first_layer + sl.layers, sl.component, model_.name);
+             int64_t{sl.first_layer} + sl.layers, sl.component, model_.name);
       }
       const ComponentSpec& c = model_.components[sl.component];
       const int64_t heads = c.attention_heads(), kv = c.kv_heads();
@@ -439,7 +439,7 @@ class Simulator {
     std::map<std::pair<int, int>, Holders> held;
     for (const TaskSlice& sl : s_.tasks.slices) {
       if (!model_.components[sl.component].trainable) continue;
-      for (int64_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
+      for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
         Holders& h = held[{sl.component, static_cast<int>(l)}];
         h.devices.insert(h.devices.end(), sl.devices.begin(), sl.devices.end());
         h.tp = std::gcd(h.tp, static_cast<int>(sl.tp));
@@ -603,7 +603,7 @@ class Simulator {
       sharding.tp = sl.tp;
       sharding.sequence_parallel = sl.tp > 1;
       int64_t width = 0;
-      for (int32_t l = sl.first_layer; l < sl.first_layer + sl.layers; ++l) {
+      for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
         const int64_t flat = first_layer_of(sl.component) + l;
         if (layer_class_[flat] < 0) continue;  // not run
         const LayerSpec& spec = c.layers[l];

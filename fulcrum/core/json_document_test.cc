@@ -1,0 +1,39 @@
+#include "fulcrum/core/json_document.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fulcrum/core/error.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_json_document(text, "f.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The parser alone keeps the last of two equal keys: the first value (a dataset of a meta index, a setting) would
+// be lost without a word.
+TEST(JsonDocument, AKeyGivenTwiceInOneObjectIsRefused) {
+  EXPECT_EQ(error_of(R"({"a": 1, "a": 2})"), "f.json: key 'a' appears twice in one object");
+  EXPECT_EQ(error_of(R"({"x": [{"hidden": 8, "heads": 2, "hidden": 16}]})"),
+            "f.json: key 'hidden' appears twice in one object");
+  // Objects nested in the one that holds the first: their keys are their own.
+  EXPECT_EQ(error_of(R"({"a": {"a": 1}, "b": {"a": 2, "b": [{"a": 3}]}})"), "");
+  EXPECT_EQ(parse_json_document(R"({"a": {"a": 1}, "b": {"a": 2}})", "f.json")["b"]["a"], 2);
+}
+
+TEST(JsonDocument, MalformedTextNamesTheByte) {
+  EXPECT_THAT(error_of(R"({"a": )"), HasSubstr("f.json: malformed JSON at byte"));
+  EXPECT_THAT(error_of("[1e400]"), HasSubstr("f.json: malformed JSON"));
+}
+
+}  // namespace
+}  // namespace fulcrum
