@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/cost_inputs.h"
 #include "cli/output_file.h"
@@ -312,13 +313,18 @@ std::function<void()> add_batch_command(CLI::App& app) {
   cmd->add_option("--dp", p.dp, "Data-parallel ranks")->required();
   cmd->add_option("--algo", o->algo, "random | random-packed | length-grouped | isf | fulcrum")->capture_default_str();
   cmd->add_option("--samples-per-step", p.samples_per_step,
-                  "Samples per optimizer step over all ranks (default 4 per micro-batch)");
+                  "Samples per optimizer step over all ranks (default 4 per micro-batch)")
+      ->check(at_least(1));  // 0 stands for the default: given, it would be taken for it
   cmd->add_option("--microbatches", p.micro_batches, "Micro-batches per rank per step")->capture_default_str();
   cmd->add_option("--window", p.window_steps, "fulcrum: steps a sample may move within")->capture_default_str();
-  cmd->add_option("--vit-cap", p.vision_cap, "Vision units per micro-batch at most (isf: Q_v, default 9)");
-  cmd->add_option("--token-cap", p.token_cap, "Tokens per micro-batch at most (isf: Q_t, default 4096)");
-  cmd->add_option("--text-full", p.text_full, "isf: tokens that make a group full (Q'_t, default token cap - 128)");
-  cmd->add_option("--vit-full", p.vision_full, "isf: vision units that make a group full (Q'_v, default vit cap)");
+  cmd->add_option("--vit-cap", p.vision_cap, "Vision units per micro-batch at most (isf: Q_v, default 9)")
+      ->check(at_least(1));
+  cmd->add_option("--token-cap", p.token_cap, "Tokens per micro-batch at most (isf: Q_t, default 4096)")
+      ->check(at_least(1));
+  cmd->add_option("--text-full", p.text_full, "isf: tokens that make a group full (Q'_t, default token cap - 128)")
+      ->check(at_least(1));
+  cmd->add_option("--vit-full", p.vision_full, "isf: vision units that make a group full (Q'_v, default vit cap)")
+      ->check(at_least(1));
   cmd->add_option("--passes", p.passes, "isf: sampling passes (T)")->capture_default_str();
   cmd->add_flag("--search", p.search, "isf: choose the caps by OmniBal's parameter search");
   cmd->add_option("--cost", o->cost_file, "JSON file of cost coefficients overriding the InternVL-Chat-1.5 defaults");

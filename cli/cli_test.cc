@@ -218,6 +218,14 @@ TEST_F(Cli, BadInputTable) {
        "simulate --model gpt-11b --cluster {file} --gbs 8 --trace {out}", "key 'preset' appears twice"},
       // An output over an input of the same run would destroy the input.
       {"output_over_its_input", ok, "batch --data {file} --dp 1 --out {file}", "is an input of this run"},
+      // A value that stands for the option left out, given, is not taken for the default.
+      {"samples_per_step_zero", ok, "batch --data {file} --dp 2 --samples-per-step 0 --out {out}",
+       "--samples-per-step: must be an integer of at least 1, got 0"},
+      {"images_per_sample_default_given", "", "simulate --model llava-1.5-7b --cluster a100:8 --gbs 8 "
+       "--images-per-sample -1 --trace {out}", "--images-per-sample: must be an integer of at least 0, got -1"},
+      // Images the model has no encoder for would be dropped.
+      {"images_for_a_text_model", ok, "simulate --model gpt-11b --cluster h100:8 --tp 8 --gbs 8 --quiet --data {file} "
+       "--trace {out}", "2 of its 2 samples carry images, but model 'gpt-11b' has no encoder"},
       {"threads_past_any_machine", "", "plan --model gpt-11b --cluster a100:8 --gbs 8 --quiet --threads 100000 --out "
        "{out}", "--threads must be from 1 to 1024, got 100000"},
       // The text is printed whole or not at all.
@@ -243,7 +251,7 @@ TEST_F(Cli, BadInputTable) {
         std::string(c.name) != "dp_zero" && std::string(c.name) != "model_and_cost" &&
         std::string(c.name) != "unknown_cluster" && std::string(c.name) != "profile_without_model" &&
         std::string(c.name) != "unknown_algo" && std::string(c.name) != "drop_last_nothing_left" &&
-        std::string(c.name) != "batch_dp_huge") {
+        std::string(c.name) != "batch_dp_huge" && std::string(c.name) != "samples_per_step_zero") {
       EXPECT_NE(r.err.find(fs::path(file).filename().string()), std::string::npos) << c.name << ": " << r.err;
     }
     EXPECT_TRUE(r.out.empty()) << c.name;
@@ -556,8 +564,12 @@ TEST_F(Cli, BatchBalancesWithAModelsCost) {
 
 // `fulcrum simulate`: parameters that cannot form a plan get one line and status 2, and no trace file.
 TEST_F(Cli, SimulateBadInputTable) {
-  const std::string trace = (dir_ / "trace.json").string();
+  const std::string trace = (dir_ / "trace.json").string(), saved = (dir_ / "saved.json").string();
+  ASSERT_EQ(run("simulate --model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --quiet --save-schedule " + saved).status, 0);
   const std::pair<std::string, std::string> cases[] = {
+      // What a loaded schedule sets, given too, would be ignored.
+      {"--model gpt-11b --cluster h100:8 --gbs 8 --load-schedule " + saved + " --tp 8 --zero 3",
+       "saved.json: the loaded schedule sets the layout, schedule and recomputation; leave out --tp, --zero"},
       {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --pp 4 --dp 4", "DP 4 × TP 8 × PP 4 = 128 devices"},
       {"--model gpt-11b --cluster h100:64 --gbs 100 --mbs 2 --tp 8 --pp 2", "global batch 100 is not divisible"},
       {"--model gpt-11b --cluster h100:64 --gbs 12 --tp 8 --pp 4 --vpp 2",

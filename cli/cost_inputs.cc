@@ -26,6 +26,18 @@ void set_image_tokens(ModelSpec& model, int64_t tokens) {
   }
 }
 
+void check_data_has_a_model_for_its_images(const Dataset& data, const std::string& data_name,
+                                           const ModelSpec& model, const std::string& model_name) {
+  if (model.has_encoder()) return;
+  const auto& vision = data.vision_column();
+  const size_t with_images = static_cast<size_t>(
+      std::count_if(vision.begin(), vision.end(), [](uint32_t v) { return v > 0; }));
+  if (with_images > 0) {
+    throw InputError(fmt::format("{}: {} of its {} samples carry images, but model '{}' has no encoder to take them",
+                                 data_name, with_images, data.size(), model_name));
+  }
+}
+
 void check_global_batch(int64_t gbs, int64_t devices) {
   constexpr int64_t kMostSamplesPerDevice = 65536;
   if (gbs < 1) throw InputError(fmt::format("--gbs must be at least 1, got {}", gbs));
@@ -73,7 +85,10 @@ int profile_entries_applied(const ProfileTable& table, const ModelSpec& model, c
 }
 
 std::string profile_unused_warning(const std::string& path, const ProfileTable& table, int applied, Dtype dtype) {
-  if (applied > 0 || table.entries.empty()) return {};
+  if (table.entries.empty()) {
+    return fmt::format("fulcrum: warning: {}: the profile has no entries; every time is the analytic model's\n", path);
+  }
+  if (applied > 0) return {};
   return fmt::format("fulcrum: warning: {}: none of its {} entries matches a layer pass of this run (layer shape, "
                      "tensor parallelism, sequence parallelism, dtype {}); every time is the analytic model's\n",
                      path, table.entries.size(), dtype_name(dtype));

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "fulcrum/core/dataset.h"
 #include "fulcrum/core/text_file.h"
 #include "fulcrum/cost/dtype.h"
 #include "fulcrum/cost/profiled_cost.h"
@@ -27,6 +28,11 @@ ProfileTable load_profile(const std::string& path);
 // --image-tokens: encoders whose items are fixed sequences take `tokens` patch tokens per item instead; 0 leaves
 // the model as it is; a negative count is an InputError.
 void set_image_tokens(ModelSpec& model, int64_t tokens);
+
+// Data with images for a model with no encoder to take them, in a plan or simulation: the encoder's work on their
+// tiles would be left out without a word. (A batcher may price them as the LLM tokens they also are.)
+void check_data_has_a_model_for_its_images(const Dataset& data, const std::string& data_name,
+                                           const ModelSpec& model, const std::string& model_name);
 
 // --gbs, at least 1 and at most 65,536 samples a device: far past any training run, and short of a count whose
 // iterations no plan could be simulated for in reasonable time.

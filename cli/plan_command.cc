@@ -220,6 +220,7 @@ void run_plan(const PlanOptions& o) {
   std::optional<LoadedData> loaded;
   if (!o.data.empty()) {
     loaded = load_dataset(o.data, {o.root, false, &warnings()});
+    check_data_has_a_model_for_its_images(loaded->dataset, o.data, request.model, o.model);
     request.data = &loaded->dataset;
   }
   const TrainingPlan plan = make_plan(strategy, request);
@@ -438,7 +439,8 @@ std::function<void()> add_plan_command(CLI::App& app) {
                   "Where fulcrum runs the encoders: best (in the LLM's bubbles where faster), stages, bubbles")
       ->capture_default_str();
   cmd->add_option("--encoder-pp", o->encoder_pp,
-                  "Encoders in bubbles: only encoder plans of this many pipeline stages (default: any)");
+                  "Encoders in bubbles: only encoder plans of this many pipeline stages (default: any)")
+      ->check(at_least(1));
   cmd->add_option("--out", o->out, "Write the plan and its schedule as JSON");
   cmd->add_option("--report", o->report, "Write an HTML report of the plan beside its baselines (fulcrum report)");
   cmd->add_option("--export", o->exporter, "Also print the plan as megatron arguments or a deepspeed partition");

@@ -63,7 +63,8 @@ std::function<void()> add_report_command(CLI::App& app) {
   cmd->add_option("--compare", o->compare, "Other plan files of the same job, shown side by side");
   cmd->add_option("--trace", o->trace, "A measured Chrome trace, shown beside the simulated timeline");
   cmd->add_option("--steps", o->steps, "Steps shown in the load section")->capture_default_str();
-  cmd->add_option("--replica", o->replica, "Data-parallel replica the timeline shows (default: the slowest)");
+  cmd->add_option("--replica", o->replica, "Data-parallel replica the timeline shows (default: the slowest)")
+      ->check(at_least(0));
   cmd->add_option("--out", o->out, "The HTML file to write")->required();
   return [o] { run_report(*o); };
 }

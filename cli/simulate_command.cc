@@ -1,6 +1,7 @@
 // `fulcrum simulate`: one training iteration of a model on a cluster under a parallel plan, from the schedule's
 // discrete-event execution.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <iostream>
@@ -8,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/cost_inputs.h"
 #include "cli/output_file.h"
@@ -53,6 +56,7 @@ struct SimulateOptions {
   bool sp = false;
   int64_t seq = 2048;
   int64_t images_per_sample = -1;  // -1: one per sample when the model has an encoder
+  std::vector<std::string> layout_options;  // given on the command line, which a loaded schedule sets instead
   int64_t image_tokens = 0;        // 0: the encoder's own tokens per item
   std::string placement = "first-stage";
   std::string data;
@@ -104,6 +108,7 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
                                             const CostModel& cost_model, Dtype dtype, int dp, int micro_batches) {
   LoadedData loaded = load_dataset(o.data, {o.root, false, &warnings()});
   const Dataset& data = loaded.dataset;
+  check_data_has_a_model_for_its_images(data, o.data, model, o.model);
   BatchParams params;
   params.dp = dp;
   params.micro_batches = micro_batches;
@@ -158,6 +163,10 @@ void run_simulate(const SimulateOptions& o) {
   }
   if (!o.load_schedule.empty() && !o.save_schedule.empty()) {
     throw InputError("--load-schedule and --save-schedule: give one");
+  }
+  if (!o.load_schedule.empty() && !o.layout_options.empty()) {  // they would be ignored without a word
+    throw InputError(fmt::format("{}: the loaded schedule sets the layout, schedule and recomputation; leave out {}",
+                                 o.load_schedule, fmt::join(o.layout_options, ", ")));
   }
   set_image_tokens(model, o.image_tokens);
   if (o.images_per_sample < -1) {  // -1: the default, one per sample when the model has an encoder
@@ -354,7 +363,8 @@ std::function<void()> add_simulate_command(CLI::App& app) {
   cmd->add_flag("--distributed-optimizer", o->distributed_optimizer, "Megatron-LM's distributed optimizer");
   cmd->add_flag("--sp", o->sp, "Sequence parallelism");
   cmd->add_option("--seq", o->seq, "LLM tokens per sample (without --data)")->capture_default_str();
-  cmd->add_option("--images-per-sample", o->images_per_sample, "Encoder items per sample (default 1 with an encoder)");
+  cmd->add_option("--images-per-sample", o->images_per_sample, "Encoder items per sample (default 1 with an encoder)")
+      ->check(at_least(0));
   cmd->add_option("--image-tokens", o->image_tokens, "Patch tokens per image (default: the encoder's own)");
   cmd->add_option("--encoder-placement", o->placement, "first-stage | spread")->capture_default_str();
   cmd->add_option("--data", o->data, "Length file or meta index: micro-batches from a batcher's plan");
@@ -372,7 +382,13 @@ std::function<void()> add_simulate_command(CLI::App& app) {
                   "Simulate this schedule JSON instead of generating one (its layout replaces --dp/--tp/--pp/--vpp)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
-  return [o] { run_simulate(*o); };
+  return [o, cmd] {
+    for (const char* name : {"--dp", "--tp", "--pp", "--vpp", "--encoder-tp", "--schedule", "--recompute", "--zero",
+                             "--distributed-optimizer", "--sp", "--encoder-placement"}) {
+      if (cmd->count(name) > 0) o->layout_options.push_back(name);
+    }
+    run_simulate(*o);
+  };
 }
 
 }  // namespace fulcrum

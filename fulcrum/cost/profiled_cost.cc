@@ -4,8 +4,9 @@
 
 #include <cmath>
 #include <set>
-#include <string>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/core/json_document.h"
@@ -77,6 +78,14 @@ std::vector<double> positive_numbers(const json& e, const char* key, const std::
     out.push_back(v.get<double>());
   }
   return out;
+}
+
+// Whether two entries measure the same pass of the same layer shape, sharding, number format and sequences.
+bool same_measurement(const ProfileEntry& a, const ProfileEntry& b) {
+  return std::tie(a.kind, a.hidden, a.ffn, a.heads, a.kv_heads, a.head_dim, a.vocab, a.in_features, a.mlp,
+                  a.window_tokens, a.tp, a.sequence_parallel, a.dtype, a.pass, a.sequence_tokens) ==
+         std::tie(b.kind, b.hidden, b.ffn, b.heads, b.kv_heads, b.head_dim, b.vocab, b.in_features, b.mlp,
+                  b.window_tokens, b.tp, b.sequence_parallel, b.dtype, b.pass, b.sequence_tokens);
 }
 
 }  // namespace
@@ -182,6 +191,12 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
     for (size_t i = 1; i < entry.tokens.size(); ++i) {
       if (!(entry.tokens[i] > entry.tokens[i - 1])) {
         throw InputError(fmt::format("{}: tokens must increase", where));
+      }
+    }
+    // A second entry for the same pass of the same layer would never be read (the first prices it).
+    for (size_t k = 0; k < table.entries.size(); ++k) {
+      if (same_measurement(table.entries[k], entry)) {
+        throw InputError(fmt::format("{}: measures the same pass of the same layer as entry {}", where, k));
       }
     }
     table.entries.push_back(std::move(entry));

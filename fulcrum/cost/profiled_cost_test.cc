@@ -168,6 +168,11 @@ TEST(ProfileTable, BadInputNamesFileAndEntry) {
           "seconds": [1]}]})", "p.json: entry 1: unknown dtype 'int8'; known: bf16, fp16, fp8, fp32"},
       {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "dtype": 16,
           "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: dtype must be a string"},
+      // A second measurement of the same pass would never be read: the first prices it.
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "tokens": [1],
+          "seconds": [1]}, {"layer": "transformer", "pass": "backward", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "tokens": [1],
+          "seconds": [2]}, {"layer": "transformer", "pass": "forward", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "tokens": [1],
+          "seconds": [5]}]})", "p.json: entry 2: measures the same pass of the same layer as entry 0"},
       // Every key is one the format knows: a misspelt one would be dropped and the entry match other layers.
       {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "xidden": 8,
           "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: unknown key \"xidden\""},

@@ -661,22 +661,37 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
   const int devices = device_count(in);
   const int tasks = static_cast<int>(in.graph->tasks.size());
   // A task's MetaOps all run on its devices: the most of them valid for every one (1 always is), so that nothing
-  // moves between them.
-  auto common_count = [&](int t, int n) {
-    for (int c = n; c > 1; --c) {
-      bool valid = true;
-      for (size_t m = 0; m < g.ops.size() && valid; ++m) valid = g.ops[m].task != t || plan.curves[m].measured_at(c);
-      if (valid) return c;
+  // moves between them. Each task's counts valid for all its MetaOps, and its seconds on each, are worked out once:
+  // the greedy below asks for them at every count it tries (on thousands of devices, many times each).
+  std::vector<std::vector<std::pair<int, double>>> valid(tasks);  // (count, the task's seconds), increasing
+  for (int t = 0; t < tasks; ++t) {
+    std::vector<size_t> ops;
+    for (size_t m = 0; m < g.ops.size(); ++m) {
+      if (g.ops[m].task == t) ops.push_back(m);
     }
-    return 1;
+    for (int c = 1; c <= devices; ++c) {
+      double s = 0;
+      bool all = true;
+      for (size_t m : ops) {
+        const CurvePoint* p = plan.curves[m].measured_at(c);
+        if (!p) {
+          all = false;
+          break;
+        }
+        s += static_cast<double>(g.ops[m].layers) * p->seconds;
+      }
+      if (all || c == 1) valid[t].emplace_back(c, s);
+    }
+  }
+  auto common_count = [&](int t, int n) {
+    const auto& v = valid[t];
+    const auto it = std::upper_bound(v.begin(), v.end(), n, [](int x, const auto& e) { return x < e.first; });
+    return it == v.begin() ? 1 : std::prev(it)->first;
   };
   auto task_seconds = [&](int t, int n) {
-    const int c = common_count(t, n);
-    double s = 0;
-    for (size_t m = 0; m < g.ops.size(); ++m) {
-      if (g.ops[m].task == t) s += static_cast<double>(g.ops[m].layers) * plan.curves[m].measured_at(c)->seconds;
-    }
-    return s;
+    const auto& v = valid[t];
+    const auto it = std::upper_bound(v.begin(), v.end(), n, [](int x, const auto& e) { return x < e.first; });
+    return it == v.begin() ? v.front().second : std::prev(it)->second;
   };
   // One wave a round of as many tasks as devices; in it each task's MetaOps in turn on its own devices.
   std::vector<PlannedWave> waves;
