@@ -91,6 +91,11 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group(args.backend)
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    # NCCL runs on GPUs: each rank on the GPU of its local rank, the model and every batch moved there.
+    device = torch.device("cpu")
+    if args.backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count())))
+        torch.cuda.set_device(device)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if rank else "default")  # skipped index entries: say it once
@@ -104,12 +109,12 @@ def main():
                                      collate_fn=pack)
 
     torch.manual_seed(args.seed)
-    model = DistributedDataParallel(TinyVisionLanguageModel())
+    model = DistributedDataParallel(TinyVisionLanguageModel().to(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     start_epoch = 0
     if args.resume:
-        state = torch.load(args.resume, weights_only=False)
-        model.module.load_state_dict(state["model"])
+        state = torch.load(args.resume, weights_only=False, map_location=device)
+        model.module.load_state_dict(state["model"])  # onto the model's device
         optimizer.load_state_dict(state["optimizer"])
         sampler.load_state_dict(state["sampler"])
         start_epoch = state["sampler"]["epoch"]
@@ -118,6 +123,7 @@ def main():
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
         for batch, info in loader:
+            batch.update({k: batch[k].to(device) for k in ("tiles", "inputs", "targets")})
             last = info.micro_batch == info.micro_batches - 1
             with model.no_sync() if not last else contextlib.nullcontext():  # all-reduce once per step
                 logits = model(batch["tiles"], batch["inputs"])
@@ -136,7 +142,7 @@ def main():
         if args.steps and len(trained) >= args.steps:
             break
 
-    mean_loss = torch.tensor(losses, dtype=torch.float64)
+    mean_loss = torch.tensor(losses, dtype=torch.float64, device=device)
     dist.all_reduce(mean_loss)  # each rank held its share of every step's token-mean loss
     checksum = sum(float(v.double().sum()) for v in model.module.state_dict().values())
     if args.checkpoint and rank == 0:

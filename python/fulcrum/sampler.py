@@ -402,7 +402,10 @@ class BalancedBatchSampler:
 
     def state_dict(self, steps_done: Optional[int] = None) -> dict:
         """The epoch's progress. ``steps_done`` (optimizer steps finished in this epoch) overrides the count
-        of steps handed out, for DataLoaders whose workers fetch ahead of training."""
+        of steps handed out, for DataLoaders whose workers fetch ahead of training. A pass left before the epoch's
+        end counts the steps it handed out (a training loop broken out of resumes after them); iterating again
+        starts the epoch over, as DistributedSampler does, so a checkpoint taken after a pass that only peeked and
+        before the one that trains must pass ``steps_done``, or the peeked steps are not trained."""
         step = self._step
         if steps_done is not None:
             local = int(steps_done) - self._steps_before_segment()

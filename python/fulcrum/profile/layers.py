@@ -71,15 +71,18 @@ def layer_shape(layer: Mapping[str, Any]) -> dict:
 
 
 def _median_seconds(run: Callable[[Any], Any], warmup: int, repeats: int, label: str, profiler,
-                    setup: Callable[[], Any] = lambda: None) -> float:
-    """Median time of ``run(setup())`` over ``repeats`` runs after ``warmup``; ``setup`` is not timed."""
+                    setup: Callable[[], Any] = lambda: None, sync: Callable[[], None] = lambda: None) -> float:
+    """Median time of ``run(setup())`` over ``repeats`` runs after ``warmup``; ``setup`` is not timed. ``sync``
+    waits for the device's queued work (a GPU's kernels run after the host has launched them)."""
     times = []
     for i in range(warmup + repeats):
         arg = setup()
+        sync()
         context = torch.profiler.record_function(label) if profiler is not None and i >= warmup else nullcontext()
         with context:
             start = time.perf_counter()
             run(arg)
+            sync()
             elapsed = time.perf_counter() - start
         if i >= warmup:
             times.append(elapsed)
@@ -101,25 +104,27 @@ def time_layer(layer: torch.nn.Module, make_inputs: Callable[[], tuple], *, warm
     state = _requires_grad(state)
     inputs = [t for t in state if t.is_floating_point()]
     params = [p for p in layer.parameters() if p.requires_grad]
+    device = next((t.device for t in (*layer.parameters(), *inputs)), torch.device("cpu"))
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def median(run, label_suffix, setup=lambda: None):
+        return _median_seconds(run, warmup, repeats, f"{label}/{label_suffix}", profiler, setup, sync)
 
     def forward(_=None):
         return [o for o in layer(state, batch) if o.is_floating_point() and o.requires_grad]
 
     grads = [torch.randn_like(o) for o in forward()]
-    forward_seconds = _median_seconds(forward, warmup, repeats, f"{label}/forward", profiler)
+    forward_seconds = median(forward, "forward")
     if not grads:  # frozen, on inputs that take no gradient: no backward pass at all
         return {"forward": forward_seconds, "recompute": forward_seconds}
-    whole = _median_seconds(lambda out: torch.autograd.backward(out, grads, inputs=inputs + params), warmup,
-                            repeats, f"{label}/backward", profiler, setup=forward)
+    whole = median(lambda out: torch.autograd.backward(out, grads, inputs=inputs + params), "backward", forward)
     input_half = weight_half = None
     if inputs and not params:  # frozen: the input gradient is the whole backward, and no weight half
         input_half = whole
     elif inputs:
-        input_half = _median_seconds(lambda out: backward_input(out, grads, inputs, params), warmup, repeats,
-                                     f"{label}/backward_input", profiler, setup=forward)
-        weight_half = _median_seconds(lambda pending: backward_weight(params, pending), warmup, repeats,
-                                      f"{label}/backward_weight", profiler,
-                                      setup=lambda: backward_input(forward(), grads, inputs, params)[1])
+        input_half = median(lambda out: backward_input(out, grads, inputs, params), "backward_input", forward)
+        weight_half = median(lambda pending: backward_weight(params, pending), "backward_weight",
+                             lambda: backward_input(forward(), grads, inputs, params)[1])
     layer.zero_grad(set_to_none=True)
     return passes_from_medians(forward_seconds, whole, input_half, weight_half)
 

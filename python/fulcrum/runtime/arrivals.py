@@ -63,10 +63,12 @@ _WATCHERS = _Watchers()
 
 
 class Arrivals:
-    """``header_slots`` int64 values per header; ``buffers(header)`` allocates the tensors a header announces."""
+    """``header_slots`` int64 values per header, received on ``device``; ``buffers(header)`` allocates the tensors a
+    header announces."""
 
-    def __init__(self, header_slots: int, buffers: Callable[[torch.Tensor], list]):
-        self._header_slots, self._buffers = header_slots, buffers
+    def __init__(self, header_slots: int, buffers: Callable[[torch.Tensor], list],
+                 device: torch.device = torch.device("cpu")):
+        self._header_slots, self._buffers, self._device = header_slots, buffers, device
         self._posted: dict = {}  # key -> (its tensors once here, the event that says so, errors)
 
     def post(self, key: Hashable, source: int, tags: Sequence[int]) -> None:
@@ -74,7 +76,7 @@ class Arrivals:
         tag (part 0 the header), for as many parts as a header may announce."""
         if key in self._posted:
             raise ValueError(f"message {key} is already posted")
-        header = torch.empty(self._header_slots, dtype=torch.int64)
+        header = torch.empty(self._header_slots, dtype=torch.int64, device=self._device)
         work = dist.irecv(header, source, tag=tags[0])
         tensors: list = []
         event, errors = threading.Event(), []

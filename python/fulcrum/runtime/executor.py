@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from fulcrum.runtime.arrivals import Arrivals
+from fulcrum.runtime.device import device_of
 from fulcrum.runtime.encoder import EncoderStage
 from fulcrum.runtime.plan import RuntimePlan
 from fulcrum.runtime.split_backward import backward_input, backward_weight
@@ -40,7 +41,7 @@ _MAX_TENSORS = 7
 _CANNOT_SEND = -1  # a header's tensor count when the sender could not send what it was to: the receiver raises
 
 
-def _header(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+def _header(tensors: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
     fields = [len(tensors)]
     for t in tensors:
         if t.dtype not in _DTYPES:
@@ -49,18 +50,20 @@ def _header(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         fields += [_DTYPES.index(t.dtype), t.dim(), *t.shape]
     if len(fields) > _HEADER or len(tensors) > _MAX_TENSORS:
         raise ValueError(f"{len(tensors)} tensors between stages: at most {_MAX_TENSORS}, of modest rank")
-    return torch.tensor(fields + [0] * (_HEADER - len(fields)), dtype=torch.int64)
+    return torch.tensor(fields + [0] * (_HEADER - len(fields)), dtype=torch.int64, device=device)
 
 
-def message_parts(messages: Sequence[tuple], send: Callable[[torch.Tensor, int, int, int], None]) -> list[tuple]:
+def message_parts(messages: Sequence[tuple], send: Callable[[torch.Tensor, int, int, int], None],
+                  device: torch.device = torch.device("cpu")) -> list[tuple]:
     """``(micro_batch, peer, tensors)`` messages as ``(micro_batch, peer, [header, *tensors])``, checked together:
     when any message's tensors cannot travel, every receiver is sent a header saying so (``send(tensor, peer,
     micro_batch, part)``, which must not block) and the error raised, so that none of them waits for a message
-    that will never come."""
+    that will never come. Headers are made on ``device``, the rank's."""
     try:
-        return [(mb, peer, [_header(tensors), *[t.contiguous() for t in tensors]]) for mb, peer, tensors in messages]
+        return [(mb, peer, [_header(tensors, device), *[t.contiguous() for t in tensors]])
+                for mb, peer, tensors in messages]
     except ValueError:
-        told = torch.zeros(_HEADER, dtype=torch.int64)
+        told = torch.zeros(_HEADER, dtype=torch.int64, device=device)
         told[0] = _CANNOT_SEND
         for mb, peer, _ in messages:
             send(told, peer, mb, 0)
@@ -74,7 +77,7 @@ def _buffers(header: torch.Tensor) -> list[torch.Tensor]:
     out, at = [], 1
     for _ in range(fields[0]):
         dtype, rank = _DTYPES[fields[at]], fields[at + 1]
-        out.append(torch.empty(fields[at + 2: at + 2 + rank], dtype=dtype))
+        out.append(torch.empty(fields[at + 2: at + 2 + rank], dtype=dtype, device=header.device))
         at += 2 + rank
     return out
 
@@ -97,6 +100,7 @@ class ScheduleExecutor:
         self.timeline, self.reduce_gradients = timeline, reduce_gradients
         self.last_stage = len(plan.stages) - 1
         self.encoder, self.reduce_encoder_gradients = encoder, reduce_encoder_gradients
+        self.device = device_of([*stages.values(), *([encoder] if encoder is not None else [])])
         layout = plan.encoder
         # With an encoder section the LLM's first stage takes the encoders' features, and sends their gradients
         # back when the encoders train.
@@ -260,7 +264,7 @@ class ScheduleExecutor:
         """What the program's transfers are: each one's route, the remote receives (posted when a step starts)
         and, for filling waits, which instruction delivers each mailbox key, the encoders' sends, and where each
         stretch of encoder passes must stop (an encoder pass never runs ahead of a collective)."""
-        self.arrivals = Arrivals(_HEADER, _buffers)
+        self.arrivals = Arrivals(_HEADER, _buffers, self.device)
         self.routes = {at: self._route(i) for at, i in enumerate(self.program) if i[0] in ("send", "recv")}
         self.receive_posts, self.delivered_by, self.encoder_sends = [], {}, []
         me = self.peers[self.pipeline_rank]
@@ -374,7 +378,7 @@ class ScheduleExecutor:
             def isend(t: torch.Tensor, peer: int, micro_batch: int, part: int) -> None:
                 self.pending.append((dist.isend(t, peer, tag=self._tag(kind, tag_stage, micro_batch, part)), t))
 
-            ((_, _, parts),) = message_parts([(mb, dst, tensors)], isend)
+            ((_, _, parts),) = message_parts([(mb, dst, tensors)], isend, self.device)
             for i, t in enumerate(parts):
                 if t.numel():  # the header tells the receiver of empty tensors
                     self.pending.append((dist.isend(t, dst, tag=self._tag(kind, tag_stage, mb, i)), t))

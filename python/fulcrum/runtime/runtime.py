@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from fulcrum.runtime.coverage import warn_parameters_outside
+from fulcrum.runtime.device import device_of
 from fulcrum.runtime.encoder import EncoderStage
 from fulcrum.runtime.executor import ScheduleExecutor
 from fulcrum.runtime.plan import PlanSource, RuntimePlan
@@ -117,6 +118,8 @@ class Runtime:
             trains = any(i[0] == "encoder" and i[5] != "forward" for i in program)
             self.encoder = EncoderStage(model, *p.encoder.stages[p.encoder.stage_on(self.pipeline_rank)],
                                         p.recompute, trains)
+        # Every tensor the runtime makes sits beside this rank's layers (NCCL on GPUs takes only those).
+        self.device = device_of([*self.stages.values(), *([self.encoder] if self.encoder is not None else [])])
         self.engine = self._choose_engine(engine)
         self._build_engine()
         if initialized:
@@ -217,7 +220,7 @@ class Runtime:
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
             (s,) = self.stage_ids
-            self._pipe_stage = PipelineStage(self.stages[s], s, p.pp, torch.device("cpu"), group=self._pp_group)
+            self._pipe_stage = PipelineStage(self.stages[s], s, p.pp, self.device, group=self._pp_group)
             cls = ScheduleGPipe if p.pipeline == "gpipe" else Schedule1F1B
             self._schedule = cls(self._pipe_stage, p.micro_batches, loss_fn=self._scaled_loss, scale_grads=False)
             self._instrument_pipeline_stage(s)
@@ -263,7 +266,7 @@ class Runtime:
         local = sum(int((mb[self.labels_key] != self.ignore_index).sum()) for mb in micro_batches)
         if self._dp_group is None:
             return local
-        t = torch.tensor([local], dtype=torch.int64)
+        t = torch.tensor([local], dtype=torch.int64, device=self.device)
         dist.all_reduce(t, group=self._dp_group)
         return int(t.item())
 
@@ -305,7 +308,7 @@ class Runtime:
                     grad.add_(q.grad)
                 q.grad = grad
         seconds = time.perf_counter() - start
-        loss = torch.tensor([self._local_loss / replicas], dtype=torch.float64)
+        loss = torch.tensor([self._local_loss / replicas], dtype=torch.float64, device=self.device)
         if self.world_size > 1:
             dist.all_reduce(loss)
         ahead = self._executor.passes_ahead if self.engine == "executor" else 0
@@ -393,7 +396,8 @@ class Runtime:
         if not params:
             return
         grads = [(q.grad if q.grad is not None else torch.zeros_like(q)).reshape(-1) for q in params]
-        had = torch.tensor([float(q.grad is not None) for q in params], dtype=grads[0].dtype)
+        had = torch.tensor([float(q.grad is not None) for q in params], dtype=grads[0].dtype,
+                           device=grads[0].device)
         flat = torch.cat([*grads, had])
         dist.all_reduce(flat, group=self._dp_group if group is None else group)
         at = 0

@@ -24,6 +24,7 @@ from torch import nn
 
 from fulcrum import _core
 from fulcrum.runtime.coverage import warn_parameters_outside
+from fulcrum.runtime.device import device_of
 from fulcrum.runtime.executor import _HEADER, _buffers, message_parts
 from fulcrum.runtime.plan import read_schedule
 from fulcrum.runtime.replicas import broadcast_from
@@ -215,6 +216,8 @@ class WaveRuntime:
             self.tasks.append(nodes)
             self.batch_sizes.append(int(t["batch"]))
         self._wire()
+        # Every tensor the runtime makes sits beside the model's (NCCL on GPUs takes only those).
+        self.device = device_of([model])
         self.groups = []
         for g in p.sync_groups:  # every rank creates every group, in the same order, as new_group requires
             pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
@@ -390,7 +393,7 @@ class WaveRuntime:
             raise RuntimeError("the schedule left work undone: " +
                                ", ".join(map(str, [*self.saved, *self.inbox, *self.outbox, *self.grads])))
         seconds = time.perf_counter() - start
-        losses = torch.tensor(self.task_loss, dtype=torch.float64)
+        losses = torch.tensor(self.task_loss, dtype=torch.float64, device=self.device)
         if self.world_size > 1:
             dist.all_reduce(losses)
         compute = self.timeline.busy_seconds(COMPUTE)
@@ -488,7 +491,7 @@ class WaveRuntime:
             def isend(t: torch.Tensor, d: int, mb: int, part: int) -> None:
                 self.pending.append((dist.isend(t, d, tag=self._tag(payload, s, peer, mb, part)), t))
 
-            for mb, d, parts in message_parts(messages, isend):
+            for mb, d, parts in message_parts(messages, isend, self.device):
                 for i, t in enumerate(parts):
                     isend(t, d, mb, i)
 
@@ -499,7 +502,7 @@ class WaveRuntime:
                 for d, a, _ in self._overlaps(s, mb, peer):
                     if d == self.rank:
                         continue
-                    header = torch.empty(_HEADER, dtype=torch.int64)
+                    header = torch.empty(_HEADER, dtype=torch.int64, device=self.device)
                     dist.recv(header, d, tag=self._tag(payload, peer, s, mb, 0))
                     tensors = _buffers(header)
                     for i, t in enumerate(tensors):
