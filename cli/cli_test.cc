@@ -214,6 +214,8 @@ TEST_F(Cli, BadInputTable) {
        "stats --data {file}", "key 'a' appears twice in one object"},
       {"csv_column_twice", "vit_num,token_num,token_num\n1,300,9000\n", "batch --data {file} --dp 1 --out {out}",
        "line 1: names column 'token_num' twice"},
+      {"cluster_file_bad_preset", R"({"fulcrum": 1, "preset": "h100:0"})",
+       "simulate --model gpt-11b --cluster {file} --gbs 8 --trace {out}", "preset: cluster 'h100:0': the device count"},
       {"cluster_key_twice", R"({"fulcrum": 1, "preset": "h100:8", "preset": "a100:8"})",
        "simulate --model gpt-11b --cluster {file} --gbs 8 --trace {out}", "key 'preset' appears twice"},
       // An output over an input of the same run would destroy the input.
@@ -273,6 +275,14 @@ TEST_F(Cli, OutputsGoThroughLinksAndEmptyValuesAreRefused) {
   const Result empty = run("batch --data " + data + " --dp 1 --quiet --out ''");
   EXPECT_EQ(empty.status, 2);
   EXPECT_EQ(empty.err, "fulcrum: error: --out is given an empty value (see --help)\n");
+
+  // A folder where a file is read is said to be one (not "malformed JSON at byte 1").
+  for (const std::string& args : {"stats --data " + dir_.string(),
+                                  "simulate --model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --profile " + dir_.string()}) {
+    const Result folder = run(args);
+    EXPECT_EQ(folder.status, 2) << args;
+    EXPECT_EQ(folder.err, fmt::format("fulcrum: error: {}: is a folder, not a file\n", dir_.string())) << args;
+  }
 
   const std::string full = fmt::format("cd '{}' && '{}' stats --data {} > /dev/full 2> '{}'", FULCRUM_SOURCE_DIR,
                                        FULCRUM_BINARY, data, (dir_ / "err").string());

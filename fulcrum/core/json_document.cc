@@ -31,7 +31,12 @@ nlohmann::json parse_json_document(std::string_view text, const std::string& fil
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));
   } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
-    throw InputError(fmt::format("{}: malformed JSON ({})", file, e.what()));
+    // The library's reason without its "[json.exception.out_of_range.406] " tag.
+    std::string_view what = e.what();
+    if (what.starts_with("[json.exception.") && what.find("] ") != std::string_view::npos) {
+      what.remove_prefix(what.find("] ") + 2);
+    }
+    throw InputError(fmt::format("{}: malformed JSON ({})", file, what));
   }
 }
 

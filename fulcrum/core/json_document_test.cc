@@ -32,7 +32,8 @@ TEST(JsonDocument, AKeyGivenTwiceInOneObjectIsRefused) {
 
 TEST(JsonDocument, MalformedTextNamesTheByte) {
   EXPECT_THAT(error_of(R"({"a": )"), HasSubstr("f.json: malformed JSON at byte"));
-  EXPECT_THAT(error_of("[1e400]"), HasSubstr("f.json: malformed JSON"));
+  // The library's reason, without its exception tag.
+  EXPECT_EQ(error_of("[1e400]"), "f.json: malformed JSON (number overflow parsing '1e400')");
 }
 
 }  // namespace

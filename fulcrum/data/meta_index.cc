@@ -23,6 +23,8 @@ constexpr double kMostSamples = 4294967295.0;
 namespace fs = std::filesystem;
 
 simdjson::padded_string read_padded(const std::string& path) {
+  std::error_code ignored;
+  if (fs::is_directory(path, ignored)) throw InputError(fmt::format("{}: is a folder, not a file", path));
   simdjson::padded_string text;
   if (auto error = simdjson::padded_string::load(path).get(text)) {
     std::error_code ignored;

@@ -154,7 +154,11 @@ ClusterSpec cluster_from_json(std::string_view text, const std::string& file) {
     ClusterSpec cluster;
     if (doc.contains("preset")) {
       if (!doc["preset"].is_string()) throw InputError(fmt::format("{}: preset must be a string", file));
-      cluster = cluster_preset(doc["preset"].get<std::string>());
+      try {
+        cluster = cluster_preset(doc["preset"].get<std::string>());
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("{}: preset: {}", file, e.what()));
+      }
     }
     bool has_devices = doc.contains("preset");
     for (const auto& [key, value] : doc.items()) {

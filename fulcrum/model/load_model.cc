@@ -42,6 +42,17 @@ ModelSpec model_from_file_text(std::string_view text, const std::string& file) {
 ModelSpec load_model(const std::string& preset_or_file) {
   const bool json_name = preset_or_file.size() > 5 && preset_or_file.ends_with(".json");
   std::error_code ignored;
+  if (std::filesystem::is_directory(preset_or_file, ignored)) {
+    // A Hugging Face model folder: its config.json.
+    const std::string config = (std::filesystem::path(preset_or_file) / "config.json").string();
+    if (!std::filesystem::is_regular_file(config, ignored)) {
+      throw InputError(fmt::format("{}: a folder without a config.json", preset_or_file));
+    }
+    ModelSpec model = model_from_file_text(read_text_file(config), config);
+    const std::filesystem::path folder = std::filesystem::path(preset_or_file).lexically_normal();
+    model.name = (folder.has_filename() ? folder : folder.parent_path()).filename().string();  // not "config"
+    return model;
+  }
   if (!json_name && !std::filesystem::is_regular_file(preset_or_file, ignored)) return model_preset(preset_or_file);
   return model_from_file_text(read_text_file(preset_or_file), preset_or_file);
 }

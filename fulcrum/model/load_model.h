@@ -8,8 +8,9 @@
 
 namespace fulcrum {
 
-// What a `--model` argument names: a preset (or presets joined with '+'), or, when it ends in .json or names
-// an existing file, a model file. Throws InputError otherwise.
+// What a `--model` argument names: a preset (or presets joined with '+'); when it ends in .json or names an
+// existing file, a model file; when it names a folder, the Hugging Face model in it (its config.json). Throws
+// InputError otherwise.
 ModelSpec load_model(const std::string& preset_or_file);
 
 // A model file's text: the Fulcrum model schema when it has a "fulcrum" key (model_json.h), else a Hugging

@@ -1,7 +1,10 @@
 #include "fulcrum/model/load_model.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "fulcrum/core/error.h"
@@ -28,6 +31,25 @@ TEST(LoadModel, AModelFileHoldsOneLlm) {
   std::string one = kTwoLlms;
   one.replace(one.rfind("\"llm\""), 5, "\"encoder\"");
   EXPECT_EQ(model_from_file_text(one, "one.json").components.size(), 3u);
+}
+
+// A Hugging Face model folder is read through its config.json; a folder without one is named as such.
+TEST(LoadModel, AModelFolderIsReadThroughItsConfig) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fulcrum_model_folder_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "empty");
+  std::ofstream(dir / "config.json") << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 3, "num_attention_heads": 4, "vocab_size": 100})";
+  const ModelSpec model = load_model(dir.string() + "/");
+  EXPECT_EQ(model.name, dir.filename().string());  // the folder's, as Hugging Face names a model
+  EXPECT_GT(model.parameters(), 0);
+  try {
+    load_model((dir / "empty").string());
+    ADD_FAILURE() << "a folder without a config.json accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "empty").string() + ": a folder without a config.json");
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
