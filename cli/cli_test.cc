@@ -276,6 +276,20 @@ TEST_F(Cli, OutputsGoThroughLinksAndEmptyValuesAreRefused) {
   EXPECT_EQ(empty.status, 2);
   EXPECT_EQ(empty.err, "fulcrum: error: --out is given an empty value (see --help)\n");
 
+  // /dev/stdout is the descriptor the run was given: appended to a log, the log keeps what it held.
+  const std::string log = (dir_ / "run.log").string();
+  std::ofstream(log) << "EARLIER\n";
+  const std::string to_stdout = fmt::format("cd '{}' && '{}' batch --data {} --dp 1 --quiet --out /dev/stdout >> '{}'",
+                                            FULCRUM_SOURCE_DIR, FULCRUM_BINARY, data, log);
+  ASSERT_EQ(std::system(to_stdout.c_str()), 0);
+  EXPECT_EQ(slurp(log).rfind("EARLIER\n{\"fulcrum\":1,\"kind\":\"batch_plan\"", 0), 0u) << slurp(log);
+  // A dangling link and the file it names are one output.
+  fs::create_symlink("x.json", dir_ / "to_x.json");
+  const Result twice = run("simulate --model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --quiet --save-schedule " +
+                           (dir_ / "to_x.json").string() + " --trace " + (dir_ / "x.json").string());
+  EXPECT_EQ(twice.status, 2);
+  EXPECT_NE(twice.err.find("given for two outputs of one run"), std::string::npos) << twice.err;
+
   // A folder where a file is read is said to be one (not "malformed JSON at byte 1").
   for (const std::string& args : {"stats --data " + dir_.string(),
                                   "simulate --model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --profile " + dir_.string()}) {
@@ -1079,6 +1093,30 @@ TEST_F(Cli, MultitaskRecomputesFullyTheFewestBlocksThatFit) {
   EXPECT_GT(full["iteration_seconds"].get<double>(), 1.1 * sequential["iteration_seconds"].get<double>());
 }
 
+// A task that runs one component in two nodes, on other inputs: every arrangement's saved schedule loads again and
+// simulates to the iteration the plan gave it.
+TEST_F(Cli, MultitaskLoadsWhatItSavesForATaskRunningAComponentTwice) {
+  const std::string tasks = write("two_views.json", R"({"fulcrum": 1, "kind": "tasks", "name": "views",
+    "model": {"fulcrum": 1, "name": "m", "components": [
+      {"name": "vision", "role": "encoder", "layers": [{"kind": "transformer", "repeat": 4, "hidden": 256, "ffn": 1024,
+       "heads": 4}]},
+      {"name": "llm", "role": "llm", "layers": [{"kind": "transformer", "repeat": 4, "hidden": 256, "ffn": 1024,
+       "heads": 4}]}]},
+    "tasks": [{"name": "pair", "batch": 64, "nodes": [
+      {"name": "small", "component": "vision", "tokens": 65}, {"name": "big", "component": "vision", "tokens": 257},
+      {"name": "text", "component": "llm", "tokens": 128, "inputs": ["small", "big"]}]}]})");
+  for (const char* arrangement : {"plan", "sequential", "per-task", "task-greedy"}) {
+    const std::string saved = (dir_ / fmt::format("{}.json", arrangement)).string();
+    const Result planned = run(fmt::format("multitask --tasks {} --cluster a800:8 --json --schedule-of {} "
+                                           "--save-schedule {}", tasks, arrangement, saved));
+    ASSERT_EQ(planned.status, 0) << arrangement << ": " << planned.err;
+    const Result loaded = run(fmt::format("multitask --tasks {} --cluster a800:8 --json --load-schedule {}", tasks,
+                                          saved));
+    ASSERT_EQ(loaded.status, 0) << arrangement << ": " << loaded.err;
+    EXPECT_GT(nlohmann::json::parse(loaded.out)["iteration_seconds"].get<double>(), 0) << arrangement;
+  }
+}
+
 TEST_F(Cli, MultitaskBadInput) {
   // Schedules to load: multitask ones for 8 and 16 devices, and a pipeline's.
   const std::string saved = (dir_ / "saved.json").string(), saved16 = (dir_ / "saved16.json").string(),
@@ -1140,8 +1178,7 @@ TEST_F(Cli, MultitaskBadInput) {
       {"--tasks multitask-clip-4 --load-schedule " + pipeline, "pipeline.json: not a multitask schedule"},
       {"--tasks multitask-clip-4 --load-schedule " + unsynced, "unsynced.json: layer "},
       {"--tasks multitask-clip-4 --load-schedule " + no_task, "no_task.json: slice 0 runs task 99, but"},
-      {"--tasks multitask-clip-4 --load-schedule " + other_tokens, "other_tokens.json: slice 0 runs 256 sequences of 3 "
-                                                                    "tokens"},
+      {"--tasks multitask-clip-4 --load-schedule " + other_tokens, "on 256 sequences of 3 tokens, which task"},
       {"--tasks multitask-clip-4 --load-schedule " + saved + " --save-schedule x.json", "--load-schedule times"},
       {"--tasks multitask-clip-4 --zero 2", "--zero 2: a multitask plan all-reduces gradients in full"},
       {"--tasks multitask-clip-4 --bucket-mb -1", "--bucket-mb -1: expected MiB from 0"},

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 
 namespace fulcrum {
 
@@ -18,9 +17,8 @@ std::string shell_word(const std::string& text) {
 CLI::Validator at_least(int64_t low) {
   return CLI::Validator(
       [low](std::string& value) {
-        int64_t v = 0;
-        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-        if (ec != std::errc() || end != value.data() + value.size() || v < low) {
+        int64_t v = 0;  // read as CLI11 reads the option's value itself
+        if (!CLI::detail::lexical_cast(value, v) || v < low) {
           return fmt::format("must be an integer of at least {}, got {}", low, value);
         }
         return std::string();

@@ -116,22 +116,15 @@ Json timed_json(const Timed& t) {
 // node's sequences and tokens. Otherwise a task (or part of one) left out or run twice would be timed as if it
 // were the iteration.
 void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, const std::string& file) {
-  using Key = std::tuple<int, int, int64_t>;  // task, component, layer
-  struct Work {
-    int64_t sequences = 0;  // over every micro-batch
-    int64_t tokens = 0;
-    int count = 0;  // the task's nodes that run the layer
-  };
-  std::map<Key, Work> wanted;
+  // (task, component, layer, sequences over every micro-batch, tokens) → the task's nodes that run it so and no
+  // slice has run yet: a task may run one component in two nodes, on other inputs.
+  using Key = std::tuple<int, int, int64_t, int64_t, int64_t>;
+  std::map<Key, int> left;
   for (const MetaOp& op : contract(graph).ops) {
     for (int64_t l = op.first_layer; l < int64_t{op.first_layer} + op.layers; ++l) {
-      Work& w = wanted[{op.task, op.component, l}];
-      w.sequences = op.sequences * op.micro_batches;
-      w.tokens = op.tokens;
-      ++w.count;
+      ++left[{op.task, op.component, l, op.sequences * op.micro_batches, op.tokens}];
     }
   }
-  std::map<Key, int> ran;
   const auto& slices = schedule.tasks.slices;
   for (size_t i = 0; i < slices.size(); ++i) {
     const TaskSlice& sl = slices[i];
@@ -139,27 +132,23 @@ void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, co
       throw InputError(fmt::format("{}: slice {} runs task {}, but '{}' has {} tasks", file, i, sl.task, graph.name,
                                    graph.tasks.size()));
     }
+    // Read with up to 2^40 sequences and 2^31 micro-batches: their product in int64 only below that.
+    const double rows = static_cast<double>(sl.sequences) * static_cast<double>(sl.micro_batches);
+    const int64_t sequences = rows < 0x1p62 ? sl.sequences * sl.micro_batches : -1;
     for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
-      const auto it = wanted.find({sl.task, sl.component, l});
-      if (it == wanted.end()) {
-        throw InputError(fmt::format("{}: slice {} runs layer {} of component {}, which task '{}' does not run", file,
-                                     i, l, sl.component, graph.tasks[sl.task].name));
+      const auto it = left.find({sl.task, sl.component, l, sequences, sl.tokens});
+      if (it == left.end() || it->second == 0) {
+        throw InputError(fmt::format("{}: slice {} runs layer {} of '{}' on {} sequences of {} tokens, which task "
+                                     "'{}' does not run{}", file, i, l, graph.model.components[sl.component].name,
+                                     rows, sl.tokens, graph.tasks[sl.task].name, it == left.end() ? "" : " again"));
       }
-      if (sl.sequences * sl.micro_batches != it->second.sequences || sl.tokens != it->second.tokens) {
-        throw InputError(fmt::format("{}: slice {} runs {} sequences of {} tokens, task '{}' {} of {}", file, i,
-                                     sl.sequences * sl.micro_batches, sl.tokens, graph.tasks[sl.task].name,
-                                     it->second.sequences, it->second.tokens));
-      }
-      if (++ran[it->first] > it->second.count) {
-        throw InputError(fmt::format("{}: slice {} runs layer {} of task '{}' a second time", file, i, l,
-                                     graph.tasks[sl.task].name));
-      }
+      --it->second;
     }
   }
-  for (const auto& [key, work] : wanted) {
-    if (ran[key] < work.count) {
-      throw InputError(fmt::format("{}: no slice runs layer {} of component {} for task '{}'", file, std::get<2>(key),
-                                   std::get<1>(key), graph.tasks[std::get<0>(key)].name));
+  for (const auto& [key, count] : left) {
+    if (count > 0) {
+      throw InputError(fmt::format("{}: no slice runs layer {} of '{}' for task '{}'", file, std::get<2>(key),
+                                   graph.model.components[std::get<1>(key)].name, graph.tasks[std::get<0>(key)].name));
     }
   }
 }

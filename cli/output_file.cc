@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -71,6 +74,33 @@ std::string link_target(const std::string& path) {
   return p.string();
 }
 
+// The descriptor this process already has open that `path` (or a link on the way to its file) names: /dev/stdout,
+// /dev/stderr, /dev/fd/N, /proc/self/fd/N. Written through that descriptor, a redirection keeps its mode (appending,
+// say) and its earlier content; reopened or replaced, it would not.
+std::optional<int> inherited_descriptor(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  std::error_code error;
+  for (int hops = 0; hops < 40; ++hops) {
+    const std::string s = p.lexically_normal().string();
+    if (s == "/dev/stdout") return 1;
+    if (s == "/dev/stderr") return 2;
+    for (const std::string_view prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+      if (s.starts_with(prefix)) {
+        int fd = -1;
+        const char* first = s.data() + prefix.size();
+        const auto [end, ec] = std::from_chars(first, s.data() + s.size(), fd);
+        if (ec == std::errc() && end == s.data() + s.size()) return fd;
+      }
+    }
+    if (!fs::is_symlink(fs::symlink_status(p, error))) break;
+    const fs::path to = fs::read_symlink(p, error);
+    if (error) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return std::nullopt;
+}
+
 // `content` written straight into `path`, a device or pipe that cannot be staged beside and renamed.
 void write_in_place(const std::string& path, std::string_view content) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
@@ -101,20 +131,23 @@ void OutputFiles::write() {
   std::set<std::string> seen;
   std::vector<std::string> targets;
   std::vector<bool> in_place;
+  std::vector<std::optional<int>> descriptors;
   for (const auto& [path, content] : files_) {
     std::error_code error;
     if (fs::is_directory(path, error)) throw InputError(fmt::format("{}: cannot write (Is a directory)", path));
+    descriptors.push_back(inherited_descriptor(path));
+    targets.push_back(link_target(path));
     // Absolute first: weakly_canonical leaves a relative path whose every part is new ("plan.json") relative.
-    const fs::path resolved = fs::weakly_canonical(fs::absolute(path), error);
-    if (!error && !seen.insert(resolved.string()).second) {  // a path it cannot resolve fails in stage(), named
+    const fs::path resolved = fs::weakly_canonical(fs::absolute(targets.back()), error);
+    const std::string key = descriptors.back() ? fmt::format("descriptor {}", *descriptors.back()) : resolved.string();
+    if ((descriptors.back() || !error) && !seen.insert(key).second) {  // one it cannot resolve fails in stage()
       throw InputError(fmt::format("{}: given for two outputs of one run", path));
     }
     if (is_input_file(path)) {
       throw InputError(fmt::format("{}: is an input of this run; write the output to another file", path));
     }
     const fs::file_status status = fs::status(path, error);
-    in_place.push_back(!error && fs::exists(status) && !fs::is_regular_file(status));
-    targets.push_back(link_target(path));
+    in_place.push_back(descriptors.back() || (!error && fs::exists(status) && !fs::is_regular_file(status)));
   }
   std::vector<std::string> staged(files_.size());
   auto unstage = [&] {
@@ -127,7 +160,15 @@ void OutputFiles::write() {
       if (!in_place[i]) staged[i] = stage(targets[i], files_[i].first, files_[i].second);
     }
     for (size_t i = 0; i < files_.size(); ++i) {
-      if (in_place[i]) write_in_place(files_[i].first, files_[i].second);
+      if (!in_place[i]) continue;
+      if (!descriptors[i]) {
+        write_in_place(files_[i].first, files_[i].second);
+        continue;
+      }
+      std::cout.flush();  // what the run printed before stays before
+      if (const int error = write_all(*descriptors[i], files_[i].second)) {
+        throw InputError(fmt::format("{}: cannot write ({})", files_[i].first, std::strerror(error)));
+      }
     }
   } catch (...) {
     unstage();

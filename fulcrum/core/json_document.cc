@@ -9,7 +9,7 @@
 
 namespace fulcrum {
 
-nlohmann::json parse_json_document(std::string_view text, const std::string& file) {
+nlohmann::json parse_json_document(std::string_view text, const std::string& file, RepeatedKeys repeated) {
   // The keys of each object open on the way down, so that a key given twice is refused: the parser would keep the
   // last silently, and a setting (or a dataset in a meta index) written first would be lost without a word.
   std::vector<std::set<std::string>> open_objects;
@@ -27,6 +27,7 @@ nlohmann::json parse_json_document(std::string_view text, const std::string& fil
     return true;
   };
   try {
+    if (repeated == RepeatedKeys::kLastWins) return nlohmann::json::parse(text);
     return nlohmann::json::parse(text, refuse_repeated_keys);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));

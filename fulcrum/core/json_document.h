@@ -11,7 +11,11 @@ namespace fulcrum {
 // Malformed text throws InputError "<file>: malformed JSON at byte N"; anything else the parser refuses
 // (a number too large for a double) "<file>: malformed JSON (reason)"; a key given twice in one object "<file>: key
 // 'k' appears twice in one object".
-nlohmann::json parse_json_document(std::string_view text, const std::string& file);
+// Traces recorded by other tools (Chrome's, PyTorch's) may repeat keys in the event details a reader skips: read
+// with kLastWins, they keep the last as the parser does.
+enum class RepeatedKeys { kRefuse, kLastWins };
+nlohmann::json parse_json_document(std::string_view text, const std::string& file,
+                                   RepeatedKeys repeated = RepeatedKeys::kRefuse);
 
 }  // namespace fulcrum
 

@@ -48,7 +48,7 @@ std::string string_field(const nlohmann::json& event, const char* key) {
 }  // namespace
 
 TimelineChart trace_chart(std::string_view text, const std::string& file) {
-  const nlohmann::json doc = parse_json_document(text, file);
+  const nlohmann::json doc = parse_json_document(text, file, RepeatedKeys::kLastWins);  // recorded by other tools
   const nlohmann::json* events = &doc;
   if (doc.is_object()) {
     const auto it = doc.find("traceEvents");

@@ -37,6 +37,17 @@ TEST(TraceChart, RowsPerProcessAndThreadKindsByCategory) {
   EXPECT_DOUBLE_EQ(chart.rows[2].work[0].start_seconds, 0.5e-3);
 }
 
+// Traces recorded by other tools may repeat a key in an event's details (which the chart does not read): read as
+// the JSON library reads them, not refused as Fulcrum's own inputs are.
+TEST(TraceChart, ReadsTracesThatRepeatAKeyInAnEventsDetails) {
+  const char* trace = R"({"traceEvents": [
+    {"name": "F s0 mb0", "cat": "forward", "ph": "X", "pid": 0, "tid": 0, "ts": 1000, "dur": 500,
+     "args": {"stream": 7, "stream": 7}}]})";
+  const TimelineChart chart = trace_chart(trace, "t.json");
+  ASSERT_EQ(chart.rows.size(), 1u);
+  EXPECT_EQ(chart.rows[0].work.size(), 1u);
+}
+
 TEST(TraceChart, RefusesWhatIsNotATrace) {
   const std::pair<const char*, const char*> cases[] = {
       {"[1, 2", "malformed JSON"},

@@ -177,12 +177,13 @@ class MultitaskValidator {
             const bool activation = in.payload == Payload::kActivation;
             const int sender = in.op == OpKind::kSend ? in.stage : in.peer_stage;
             const int receiver = in.op == OpKind::kSend ? in.peer_stage : in.stage;
-            // Activations go to a slice of the same or a later wave, gradients back to one of the same or an
-            // earlier wave (a slice on the same devices that splits the rows another way, in the same wave).
+            // Activations go to a slice of a later wave, gradients back to one of an earlier wave; within one
+            // wave only between slices on the same devices (the rows split another way between DP and TP).
             const int ws = t_.slices[sender].wave, wr = t_.slices[receiver].wave;
-            if (activation ? ws > wr : ws < wr) {
-              fail("{}: {}s go to a slice of the same or an {} wave", describe(r, i), payload_name(in.payload),
-                   activation ? "later" : "earlier");
+            const bool same_devices = t_.slices[sender].devices == t_.slices[receiver].devices;
+            if (activation ? (ws > wr || (ws == wr && !same_devices)) : (ws < wr || (ws == wr && !same_devices))) {
+              fail("{}: {}s go to a slice of an {} wave (of the same wave only on the same devices)", describe(r, i),
+                   payload_name(in.payload), activation ? "later" : "earlier");
             }
             const std::tuple<int, int, int> key{activation ? 0 : 1, sender, receiver};
             if (in.op == OpKind::kSend) {

@@ -105,7 +105,7 @@ def time_layer(layer: torch.nn.Module, make_inputs: Callable[[], tuple], *, warm
     inputs = [t for t in state if t.is_floating_point()]
     params = [p for p in layer.parameters() if p.requires_grad]
     device = next((t.device for t in (*layer.parameters(), *inputs)), torch.device("cpu"))
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
     def median(run, label_suffix, setup=lambda: None):
         return _median_seconds(run, warmup, repeats, f"{label}/{label_suffix}", profiler, setup, sync)
@@ -201,7 +201,13 @@ def profile_model(model: torch.nn.Module, model_json: Mapping[str, Any],
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     grids = {}
-    for index, _ in _distinct_shapes(layers, range(len(layers))):
+    # Each shape is timed on a layer that trains where there is one: a frozen layer runs no weight gradient, and its
+    # times would price the trained layers of its shape.
+    def frozen(i: int) -> bool:
+        params = list(model.layers[i].parameters())
+        return bool(params) and not any(p.requires_grad for p in params)
+
+    for index, _ in _distinct_shapes(layers, sorted(range(len(layers)), key=frozen)):
         spec = layers[index]
         grid = tokens.get(spec["_component"], ()) if isinstance(tokens, Mapping) else tokens
         grid = sorted({int(t) for t in grid})

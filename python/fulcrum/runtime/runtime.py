@@ -295,14 +295,19 @@ class Runtime:
             compute = self._step_ddp(micro_batches)
         else:
             earlier = self._set_aside_earlier_gradients() if p.dp > 1 or self.encoder is not None else []
-            if self.engine == "torch":
-                self._step_torch(micro_batches)
-            else:
-                self._local_loss = self._executor.run(micro_batches)
-            compute = self.timeline.busy_seconds(COMPUTE)
-            if self.engine == "torch" and p.dp > 1:
-                with self.timeline.span("all_reduce gradients", "collective", COLLECTIVE):
-                    self._all_reduce_gradients(self.parameters())
+            try:
+                if self.engine == "torch":
+                    self._step_torch(micro_batches)
+                else:
+                    self._local_loss = self._executor.run(micro_batches)
+                compute = self.timeline.busy_seconds(COMPUTE)
+                if self.engine == "torch" and p.dp > 1:
+                    with self.timeline.span("all_reduce gradients", "collective", COLLECTIVE):
+                        self._all_reduce_gradients(self.parameters())
+            except BaseException:
+                for q, grad in earlier:  # a step that fails leaves the gradients as they were, not half of its own
+                    q.grad = grad
+                raise
             for q, grad in earlier:
                 if q.grad is not None:
                     grad.add_(q.grad)

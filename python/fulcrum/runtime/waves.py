@@ -359,33 +359,40 @@ class WaveRuntime:
         self.task_loss = [0.0] * len(self.tasks)
         self._earlier: list = []  # (bucket, what it held before this step)
         self._bind_gradients()
-        self.timeline.begin_step()
-        start = time.perf_counter()
-        for instruction in self.plan.programs[self.rank]:
-            op = instruction[0]
-            if op == "F":
-                self._forward(int(instruction[1]))
-            elif op == "B":
-                self._backward(int(instruction[1]))
-            elif op == "send":
-                self._send(instruction[1], int(instruction[2]), int(instruction[4]))
-            elif op == "recv":
-                self._recv(instruction[1], int(instruction[2]), int(instruction[4]))
-            elif op == "wave":
-                # Every dependency across a boundary is a transfer of its own, so no rank needs the others to
-                # reach it: a barrier would only add its latency and make each rank wait for the slowest.
-                pass
-            elif op == "collective":
-                with self.timeline.span(f"start all_reduce group {instruction[3]}", "collective", COLLECTIVE):
-                    self._all_reduce_group(int(instruction[3]))
-            else:
-                raise ValueError(f"instruction {list(instruction)}: not one a multitask schedule holds")
-        with self.timeline.span("wait sends", "send", P2P):
-            for work, _ in self.pending:
-                work.wait()
-        with self.timeline.span("wait gradient sync", "collective", COLLECTIVE):
-            for work in self.reducing:
-                work.wait()
+        try:
+            self.timeline.begin_step()
+            start = time.perf_counter()
+            for instruction in self.plan.programs[self.rank]:
+                op = instruction[0]
+                if op == "F":
+                    self._forward(int(instruction[1]))
+                elif op == "B":
+                    self._backward(int(instruction[1]))
+                elif op == "send":
+                    self._send(instruction[1], int(instruction[2]), int(instruction[4]))
+                elif op == "recv":
+                    self._recv(instruction[1], int(instruction[2]), int(instruction[4]))
+                elif op == "wave":
+                    # Every dependency across a boundary is a transfer of its own, so no rank needs the others to
+                    # reach it: a barrier would only add its latency and make each rank wait for the slowest.
+                    pass
+                elif op == "collective":
+                    with self.timeline.span(f"start all_reduce group {instruction[3]}", "collective", COLLECTIVE):
+                        self._all_reduce_group(int(instruction[3]))
+                else:
+                    raise ValueError(f"instruction {list(instruction)}: not one a multitask schedule holds")
+            with self.timeline.span("wait sends", "send", P2P):
+                for work, _ in self.pending:
+                    work.wait()
+            with self.timeline.span("wait gradient sync", "collective", COLLECTIVE):
+                for work in self.reducing:
+                    work.wait()
+        except BaseException:
+            if not self.reducing:  # no all-reduce writes into the buckets: they go back to what they held
+                for flat, earlier in self._earlier:
+                    flat.copy_(earlier)
+            self._earlier = []
+            raise
         for flat, earlier in self._earlier:
             flat.add_(earlier)
         self._earlier = []
