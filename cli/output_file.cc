@@ -61,27 +61,24 @@ std::string stage(const std::string& target, const std::string& path, std::strin
   return name.data();
 }
 
-// The file `path` names once symbolic links are followed (that file may not exist yet).
-std::string link_target(const std::string& path) {
+// `path`, then each path its symbolic links lead to, the last the file it names (which may not exist yet).
+std::vector<std::filesystem::path> link_chain(const std::string& path) {
   namespace fs = std::filesystem;
-  fs::path p(path);
+  std::vector<fs::path> chain{fs::path(path)};
   std::error_code error;
-  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, error)); ++hops) {
-    const fs::path to = fs::read_symlink(p, error);
+  while (chain.size() <= 40 && fs::is_symlink(fs::symlink_status(chain.back(), error))) {
+    const fs::path to = fs::read_symlink(chain.back(), error);
     if (error) break;
-    p = to.is_absolute() ? to : p.parent_path() / to;
+    chain.push_back(to.is_absolute() ? to : chain.back().parent_path() / to);
   }
-  return p.string();
+  return chain;
 }
 
 // The descriptor this process already has open that `path` (or a link on the way to its file) names: /dev/stdout,
 // /dev/stderr, /dev/fd/N, /proc/self/fd/N. Written through that descriptor, a redirection keeps its mode (appending,
 // say) and its earlier content; reopened or replaced, it would not.
-std::optional<int> inherited_descriptor(const std::string& path) {
-  namespace fs = std::filesystem;
-  fs::path p(path);
-  std::error_code error;
-  for (int hops = 0; hops < 40; ++hops) {
+std::optional<int> inherited_descriptor(const std::vector<std::filesystem::path>& chain) {
+  for (const std::filesystem::path& p : chain) {
     const std::string s = p.lexically_normal().string();
     if (s == "/dev/stdout") return 1;
     if (s == "/dev/stderr") return 2;
@@ -93,10 +90,6 @@ std::optional<int> inherited_descriptor(const std::string& path) {
         if (ec == std::errc() && end == s.data() + s.size()) return fd;
       }
     }
-    if (!fs::is_symlink(fs::symlink_status(p, error))) break;
-    const fs::path to = fs::read_symlink(p, error);
-    if (error) break;
-    p = to.is_absolute() ? to : p.parent_path() / to;
   }
   return std::nullopt;
 }
@@ -135,8 +128,9 @@ void OutputFiles::write() {
   for (const auto& [path, content] : files_) {
     std::error_code error;
     if (fs::is_directory(path, error)) throw InputError(fmt::format("{}: cannot write (Is a directory)", path));
-    descriptors.push_back(inherited_descriptor(path));
-    targets.push_back(link_target(path));
+    const std::vector<fs::path> chain = link_chain(path);
+    descriptors.push_back(inherited_descriptor(chain));
+    targets.push_back(chain.back().string());
     // Absolute first: weakly_canonical leaves a relative path whose every part is new ("plan.json") relative.
     const fs::path resolved = fs::weakly_canonical(fs::absolute(targets.back()), error);
     const std::string key = descriptors.back() ? fmt::format("descriptor {}", *descriptors.back()) : resolved.string();

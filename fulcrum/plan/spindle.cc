@@ -683,16 +683,14 @@ std::vector<PlannedWave> task_greedy_waves(const MultitaskInputs& in, const Mult
       if (all || c == 1) valid[t].emplace_back(c, s);
     }
   }
-  auto common_count = [&](int t, int n) {
+  // The task's most devices up to n valid for all its MetaOps, with its seconds there (1 device's when none is).
+  auto common = [&](int t, int n) -> const std::pair<int, double>& {
     const auto& v = valid[t];
     const auto it = std::upper_bound(v.begin(), v.end(), n, [](int x, const auto& e) { return x < e.first; });
-    return it == v.begin() ? 1 : std::prev(it)->first;
+    return it == v.begin() ? v.front() : *std::prev(it);
   };
-  auto task_seconds = [&](int t, int n) {
-    const auto& v = valid[t];
-    const auto it = std::upper_bound(v.begin(), v.end(), n, [](int x, const auto& e) { return x < e.first; });
-    return it == v.begin() ? v.front().second : std::prev(it)->second;
-  };
+  auto common_count = [&](int t, int n) { return common(t, n).first; };
+  auto task_seconds = [&](int t, int n) { return common(t, n).second; };
   // One wave a round of as many tasks as devices; in it each task's MetaOps in turn on its own devices.
   std::vector<PlannedWave> waves;
   double now = 0;
