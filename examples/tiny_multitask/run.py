@@ -190,6 +190,8 @@ def worker(a, setups: dict) -> None:
 
         ran = fp.run_alternating(modes, a.warmup, a.steps, a.block, train)
         record.setdefault("order", ran)
+        for _, runtime, _, _ in runs.values():
+            runtime.close()  # its sync groups' communicators, before the next repeat makes its own
     if check:
         record["speed_checks"] = check.samples()
         for m in modes:

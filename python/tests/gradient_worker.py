@@ -2,6 +2,7 @@
 how far each rank's gradients are from one process's on the same data.
 
     torchrun --nproc-per-node 2 gradient_worker.py --out result.json
+    torchrun --nproc-per-node 4 gradient_worker.py --out result.json   # the DP × PP cases
 
 Every rank makes every rank's micro-batches from the same seeds, so each can compute the one-process reference
 itself: the gradient of the step's loss-token mean over every rank's micro-batches.
@@ -122,6 +123,19 @@ def run_case(name, plan_args, steps, frozen=(), repeats=1):
     return name, gathered
 
 
+def groups_given_back() -> dict:
+    """Per rank, the process groups held before a DP 2 × PP 2 runtime is made, while it lives, and after it is
+    closed."""
+    import torch.distributed.distributed_c10d as c10d
+
+    before = len(c10d._world.pg_map)
+    with fr.Runtime(Model(), fr.RuntimePlan.generate("1f1b", 4, 2, pp=2, dp=2), loss_sum):
+        held = len(c10d._world.pg_map)
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, {"before": before, "held": held, "after": len(c10d._world.pg_map)})
+    return gathered
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -129,6 +143,19 @@ def main():
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     dist.init_process_group("gloo")
+    if dist.get_world_size() == 4:
+        # DP 2 × PP 2: gradients accumulated over two calls of step under torch.distributed.pipelining's 1F1B and
+        # under the executor, each reduced over its data-parallel group (a group of its own, not the world).
+        # torch's schedules need equal shapes in a rank's micro-batches: the replicas' images differ instead.
+        cases = dict([
+            run_case("torch-accumulate", ("1f1b", 4, 2, {"pp": 2, "dp": 2}), [[[1, 1], [2, 2]]], repeats=2),
+            run_case("executor-dp-pp-accumulate", ("interleaved", 4, 2, {"pp": 2, "vpp": 2, "dp": 2}),
+                     [[[1, 2], [2, 0]]], repeats=2),
+        ])
+        cases["groups"] = groups_given_back()
+        if dist.get_rank() == 0:
+            Path(a.out).write_text(json.dumps(cases))
+        fr.end_rank()
     cases = dict([
         # Pure data parallelism (DDP): no images anywhere, then on one rank only, then on both.
         run_case("ddp-unused", None, [[[0], [0]], [[2], [0]], [[1], [3]]]),

@@ -161,6 +161,35 @@ def split_schedule(template):
     return doc
 
 
+def test_copies_of_a_layer_start_and_step_with_their_first_holders_state_and_groups_are_given_back(tmp_path):
+    # Models built apart on each rank (another seed, a frozen layer, a buffer counting forwards): as
+    # DistributedDataParallel does, every engine gives each copy its first holder's parameters, frozen ones too,
+    # and buffers when it is made, and the first holder's buffers again at each step unless told not to. Closed,
+    # a runtime destroys the process groups it made.
+    _, work = run_example(tmp_path, "sequential")
+    out = tmp_path / "replicas.json"
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(REPO / "python" / "tests" / "replica_state_worker.py"), "--graph",
+                           str(work / "tasks.json"), "--schedule", str(work / "sequential.schedule.json"), "--out",
+                           str(out)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    result = json.loads(out.read_text())
+    assert result["ddp"]["engine"] == "ddp" and result["executor"]["engine"] == "executor"
+    for case in ("waves", "ddp", "executor"):
+        assert result[case]["start_equal"], case
+        rank0, rank1 = result[case]["forwards_after_drift"]
+        assert all(n > 0 for n in rank0), case  # the counts moved: the hooks ran
+        assert rank1 == rank0, case             # rank 1's drift of 1000 was overwritten by the step
+    rank0, rank1 = result["waves"]["forwards_without_broadcast"]
+    assert [b - a for a, b in zip(rank0, rank1)] == [1000.0] * len(rank0)
+    # close() gives back the groups each runtime made (the default group stays), as leaving a `with` block does.
+    groups = result["waves"]["groups"]
+    assert groups["two_runtimes"] > groups["closed"] >= 1
+    assert groups["scoped"] > groups["after_scope"] == groups["closed"]
+    for case in ("waves", "ddp", "executor"):
+        assert "the runtime is closed" in result[case]["step_after_close"], case
+
+
 def test_rows_move_between_slices_of_different_widths(reference, tmp_path):
     _, work = run_example(tmp_path, "sequential")
     path = tmp_path / "split.json"

@@ -75,13 +75,14 @@ class Runtime:
     earlier when the rank would otherwise wait for a message (``fill_waits``, see :class:`ScheduleExecutor`).
     ``find_unused_parameters`` is passed to DistributedDataParallel (pure data parallelism): True, the default,
     lets a micro-batch leave parameters unused; False saves DDP a walk over the autograd graph each step where
-    every micro-batch uses every parameter.
+    every micro-batch uses every parameter. ``broadcast_buffers`` (True, the default, as in DistributedDataParallel)
+    gives every replica of a stage its first replica's buffers at the start of each step, whichever engine runs.
     """
 
     def __init__(self, model: nn.Module, plan: Optional[PlanSource] = None, loss_fn: Optional[LossFn] = None, *,
                  micro_batches: Optional[int] = None, labels_key: str = "labels", ignore_index: int = -100,
                  engine: str = "auto", timeline: bool = False, fill_waits: bool = True,
-                 find_unused_parameters: bool = True):
+                 find_unused_parameters: bool = True, broadcast_buffers: bool = True):
         if loss_fn is None:
             raise ValueError("loss_fn is required: it returns a micro-batch's summed loss")
         initialized = dist.is_available() and dist.is_initialized()
@@ -106,6 +107,9 @@ class Runtime:
         self.timeline = Timeline(timeline)
         self.fill_waits = fill_waits
         self.find_unused_parameters = find_unused_parameters
+        self.broadcast_buffers = broadcast_buffers
+        self._own_groups: list = []  # the process groups this runtime made, which close() destroys
+        self._closed = False
         self._dp_group, self._pp_group = self._make_groups() if initialized else (None, None)
         self._encoder_group = self._make_encoder_group() if initialized and p.encoder is not None else None
 
@@ -133,10 +137,12 @@ class Runtime:
             # Every rank creates every group, in the same order, as new_group requires.
             for q in range(p.pp):
                 g = dist.new_group([q * p.dp + d for d in range(p.dp)])
+                self._own_groups.append(g)
                 if q == self.pipeline_rank:
                     dp_group = g
             for d in range(p.dp):
                 g = dist.new_group([q * p.dp + d for q in range(p.pp)])
+                self._own_groups.append(g)
                 if d == self.dp_rank:
                     pp_group = g
         else:
@@ -157,6 +163,7 @@ class Runtime:
                 group = dist.group.WORLD
             else:
                 group = dist.new_group(ranks)  # every rank creates every group, in the same order
+                self._own_groups.append(group)
             if self.rank in ranks:
                 mine, self._encoder_source = group, ranks[0]
         return mine
@@ -171,6 +178,19 @@ class Runtime:
         if self._encoder_group is not None:
             broadcast_from([*self.encoder.parameters(), *self.encoder.buffers()], self._encoder_source,
                            self._encoder_group)
+
+    def _sync_buffers(self) -> None:
+        """Every replica's buffers from its first replica's, as DDP's ``broadcast_buffers`` before a forward (DDP
+        does it itself)."""
+        p = self.plan
+        if p.dp > 1 and self.engine != "ddp":
+            buffers = [t for s in self.stage_ids for t in self.stages[s].buffers()]
+            if buffers:
+                broadcast_from(buffers, self.pipeline_rank * p.dp, self._dp_group)
+        if self._encoder_group is not None:
+            buffers = list(self.encoder.buffers())
+            if buffers:
+                broadcast_from(buffers, self._encoder_source, self._encoder_group)
 
     def _choose_engine(self, requested: str) -> str:
         p = self.plan
@@ -207,7 +227,8 @@ class Runtime:
                 # A micro-batch may leave parameters unused (text-only samples skip the image encoder): DDP must
                 # look for them, or its reduction waits for gradients that never come.
                 self._module = DistributedDataParallel(stage, process_group=self._dp_group,
-                                                       find_unused_parameters=self.find_unused_parameters)
+                                                       find_unused_parameters=self.find_unused_parameters,
+                                                       broadcast_buffers=self.broadcast_buffers)
 
                 def hook(state, bucket):
                     # A bucket is ready when its gradients are computed: the last one marks the end of this
@@ -245,6 +266,27 @@ class Runtime:
 
         stage.forward_one_chunk, stage.backward_one_chunk = timed_forward, timed_backward
 
+    # -- the end ------------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Destroys the process groups this runtime made (the default group stays), after which it runs no more
+        steps. Call it on every rank, as new_group was: a job that makes a runtime per phase or per trial would
+        otherwise hold every earlier one's communicators (sockets with gloo, GPU memory with NCCL) until it ends.
+        A runtime used as a context manager closes itself."""
+        if self._closed:
+            return
+        self._closed = True
+        self._module = None  # DistributedDataParallel holds its group
+        for g in self._own_groups:
+            if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(g)
+        self._own_groups = []
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # -- a step -------------------------------------------------------------------------------------------------
     def parameters(self):
         """This rank's parameters, each once (a parameter shared by two of its stages is one)."""
@@ -276,6 +318,8 @@ class Runtime:
         ``parameters()`` reduced over data-parallel replicas. ``step_tokens``: the step's loss tokens over every
         rank (a sampler's ``info.step_tokens``); counted from the labels with one all-reduce when omitted."""
         p = self.plan
+        if self._closed:
+            raise RuntimeError("the runtime is closed: make a new one to run more steps")
         if len(micro_batches) != p.micro_batches:
             raise ValueError(f"the plan runs {p.micro_batches} micro-batches per step, got {len(micro_batches)}")
         if step_tokens is None:
@@ -285,6 +329,8 @@ class Runtime:
         step_tokens = int(step_tokens)
         if step_tokens <= 0:
             raise ValueError("the step has no loss tokens")
+        if self.broadcast_buffers and self.world_size > 1:
+            self._sync_buffers()
         self.timeline.begin_step()
         self._local_loss = 0.0
         # DDP averages gradients over replicas; the other engines sum them.

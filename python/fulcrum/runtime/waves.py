@@ -175,9 +175,14 @@ class WaveRuntime:
     every rank); each rank computes the rows its slices own. A task's loss is its summed loss over its batch
     divided by its samples, and the step minimises the sum of the tasks' losses. ``parameters()`` are the
     layers this rank's slices run, which its optimizer updates.
+
+    As DistributedDataParallel does for its module, every copy of a layer starts from its first holder's
+    parameters (trained or frozen) and buffers, and with ``broadcast_buffers`` (the default) takes that holder's
+    buffers again at the start of every step, so statistics a layer keeps (batch norm's running means) agree.
     """
 
-    def __init__(self, model: nn.Module, task_graph: Mapping[str, Any], plan, *, timeline: bool = False):
+    def __init__(self, model: nn.Module, task_graph: Mapping[str, Any], plan, *, timeline: bool = False,
+                 broadcast_buffers: bool = True):
         self.plan = p = WavePlan.load(plan)
         self.model = model
         self.timeline = Timeline(timeline)
@@ -219,15 +224,33 @@ class WaveRuntime:
         # Every tensor the runtime makes sits beside the model's (NCCL on GPUs takes only those).
         self.device = device_of([model])
         self.groups = []
+        self._own_groups: list = []  # the process groups this runtime made, which close() destroys
+        self._closed = False
         for g in p.sync_groups:  # every rank creates every group, in the same order, as new_group requires
             pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
+            self._own_groups.append(pg)
             self.groups.append(pg if self.rank in g.devices else None)
         self.buckets = [self._bucket(i) if self.rank in g.devices else None for i, g in enumerate(p.sync_groups)]
-        # Every copy of a layer starts from its first holder's weights, as DDP makes its replicas (frozen copies are
-        # not trained, so they stay as the model built them).
+        # Every copy of a layer starts from its first holder's state, as DDP makes its replicas: frozen weights too
+        # (ranks that built or loaded them apart would otherwise compute apart), and buffers.
+        self.broadcast_buffers = broadcast_buffers
         for g, group in enumerate(p.sync_groups):
             if self.groups[g] is not None:
-                broadcast_from(self._trained(g), min(group.devices), self.groups[g])
+                broadcast_from([*self._layer_tensors(g, "parameters"), *self._layer_tensors(g, "buffers")],
+                               min(group.devices), self.groups[g])
+
+    def _layer_tensors(self, g: int, kind: str) -> list:
+        """Every parameter (``kind`` "parameters") or buffer ("buffers") of sync group ``g``'s layers."""
+        return [t for c, l in self.plan.sync_groups[g].layers
+                for t in getattr(self.model.components[self.component_names[c]][l], kind)()]
+
+    def _sync_buffers(self) -> None:
+        """Each sync group's buffers from its first holder, as DDP's ``broadcast_buffers`` before a forward."""
+        for g, group in enumerate(self.plan.sync_groups):
+            if self.groups[g] is not None:
+                buffers = self._layer_tensors(g, "buffers")
+                if buffers:
+                    broadcast_from(buffers, min(group.devices), self.groups[g])
 
     def _trained(self, g: int) -> list:
         """Sync group ``g``'s parameters that take gradients now."""
@@ -338,9 +361,28 @@ class WaveRuntime:
         for c, l in self.held_layers():
             yield from self.model.components[self.component_names[c]][l].parameters()
 
+    def close(self) -> None:
+        """Destroys the sync groups' process groups this runtime made, after which it runs no more steps. Call it
+        on every rank, as new_group was; a runtime used as a context manager closes itself."""
+        if self._closed:
+            return
+        self._closed = True
+        for g in self._own_groups:
+            if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(g)
+        self._own_groups, self.groups = [], [None] * len(self.groups)
+
+    def __enter__(self) -> "WaveRuntime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def step(self, batches: Sequence[Mapping[str, torch.Tensor]]) -> WaveStepResult:
         """Forward and backward of one optimizer step over every task's batch (``batches[t]`` for task ``t``, the
         same on every rank), leaving the gradients of ``parameters()`` summed over the tasks and the devices."""
+        if self._closed:
+            raise RuntimeError("the runtime is closed: make a new one to run more steps")
         if len(batches) != len(self.tasks):
             raise ValueError(f"the task graph has {len(self.tasks)} tasks, got {len(batches)} batches")
         for t, b in enumerate(batches):
@@ -359,6 +401,8 @@ class WaveRuntime:
         self.task_loss = [0.0] * len(self.tasks)
         self._earlier: list = []  # (bucket, what it held before this step)
         self._bind_gradients()
+        if self.broadcast_buffers:
+            self._sync_buffers()
         try:
             self.timeline.begin_step()
             start = time.perf_counter()
