@@ -76,8 +76,10 @@ int profile_entries_applied(const ProfileTable& table, const ModelSpec& model, c
           continue;
         }
         work.pass = pass;
-        const int entry = table.entry_for(work);
-        if (entry >= 0) applied[static_cast<size_t>(entry)] = true;
+        // Every entry of the pass: which of them prices a micro-batch depends on its sequences.
+        for (size_t e = 0; e < table.entries.size(); ++e) {
+          if (table.entries[e].matches(*work.layer, work)) applied[e] = true;
+        }
       }
     }
   }

@@ -209,10 +209,28 @@ ProfiledCost::ProfiledCost(const CostModel& fallback, ProfileTable table)
     : fallback_(fallback), table_(std::move(table)) {}
 
 int ProfileTable::entry_for(const LayerWork& work) const {
+  // Entries of one layer pass may differ in the sequences they ran (an LLM's long sequences, an encoder's tiles
+  // of the same width): the one whose sequences are nearest the work's in length prices it, the first on a tie.
+  const double work_sequence =
+      work.batch.sequences > 0 ? static_cast<double>(work.batch.tokens) / static_cast<double>(work.batch.sequences) : 0;
+  int best = -1;
+  double best_distance = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
-    if (entries[i].matches(*work.layer, work)) return static_cast<int>(i);
+    if (!entries[i].matches(*work.layer, work)) continue;
+    double distance = 0;
+    if (work_sequence > 0) {
+      const double tokens = static_cast<double>(work.batch.tokens);
+      const double measured = entries[i].sequence_tokens > 0
+                                  ? std::min(static_cast<double>(entries[i].sequence_tokens), tokens)
+                                  : tokens;
+      distance = std::abs(std::log(measured / work_sequence));
+    }
+    if (best < 0 || distance < best_distance) {
+      best = static_cast<int>(i);
+      best_distance = distance;
+    }
   }
-  return -1;
+  return best;
 }
 
 LayerCost ProfiledCost::layer_cost(const LayerWork& work) const {

@@ -48,7 +48,8 @@ struct ProfileTable {
 
   bool has_whole_backward = false;  // some entry measured a layer's whole backward ("backward")
 
-  // The first entry that matches the work (whatever its token count), or -1: the one that prices it.
+  // The entry that prices the work, or -1: of those matching its layer pass (whatever its token count), the one
+  // whose measured sequences are nearest the work's mean sequence length, the first of equals.
   int entry_for(const LayerWork& work) const;
 };
 

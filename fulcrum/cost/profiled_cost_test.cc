@@ -89,6 +89,36 @@ TEST(ProfiledCost, SequenceTokensSetsHowTheMeasuredTokensWereSplit) {
                   ::testing::HasSubstr("p.json: entry 0: sequence_tokens must be a non-negative integer")));
 }
 
+// Two measurements of one layer pass that ran different sequences (an encoder's tiles, an LLM's long sequences
+// through a block of the same width) are both read: each prices the work whose sequences are nearest its own.
+TEST(ProfiledCost, EntriesOfOnePassThatRanOtherSequencesPriceTheWorkNearestThem) {
+  const LinearPlusQuadratic fallback;
+  const LayerSpec block = tiny_gqa_swiglu_block();
+  const std::string shape = R"({"layer": "transformer", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1,
+    "head_dim": 4, "mlp": "swiglu", "pass": "forward", "tokens": [640])";
+  for (const bool tiles_first : {true, false}) {
+    const std::string tiles = shape + R"(, "seconds": [0.01], "sequence_tokens": 64})";
+    const std::string whole = shape + R"(, "seconds": [0.03]})";
+    const ProfiledCost both(fallback, parse_profile_table(R"({"fulcrum_profile": 1, "entries": [)" +
+                                                              (tiles_first ? tiles + ", " + whole : whole + ", " + tiles) +
+                                                              "]}", "p.json"));
+    // Ten tiles of 64: the tiles' measurement, 0.01 s.
+    EXPECT_DOUBLE_EQ(both.layer_cost({&block, Pass::kForward, {10, 640, 640 * 64}, {1, false}}).seconds, 0.01)
+        << tiles_first;
+    // One sequence of 640: the whole sequence's, 0.03 s.
+    EXPECT_DOUBLE_EQ(both.layer_cost({&block, Pass::kForward, {1, 640, 640 * 640}, {1, false}}).seconds, 0.03)
+        << tiles_first;
+    // Two sequences of 320 lie nearer 640 than 64 (a factor 2 against 5).
+    const LayerWork halves{&block, Pass::kForward, {2, 640, 2 * 320 * 320}, {1, false}};
+    EXPECT_EQ(both.layer_cost(halves).seconds,
+              ProfiledCost(fallback, parse_profile_table(R"({"fulcrum_profile": 1, "entries": [)" + whole + "]}",
+                                                         "p.json"))
+                  .layer_cost(halves)
+                  .seconds)
+        << tiles_first;
+  }
+}
+
 // A whole backward measured apart from its halves prices a backward that is not split; the halves still price
 // the split one, and without a measured whole the halves' measurements add up.
 TEST(ProfiledCost, AMeasuredWholeBackwardPricesTheUnsplitPassAlone) {
