@@ -251,7 +251,7 @@ void run_batch(BatchOptions& o) {
     run.summary["timing"]["load_seconds"] = load_seconds;
     run.summary["timing"]["total_seconds"] = seconds_since(start);
     if (o.json) {
-      std::cout << run.summary.dump(2) << "\n";
+      std::cout << json_text(run.summary, 2) << "\n";
     } else {
       print_run(run);
     }
@@ -294,7 +294,7 @@ void run_batch(BatchOptions& o) {
       run.summary["label"] = run.label;
       rows.push_back(run.summary);
     }
-    std::cout << Json{{"data", o.data}, {"rows", rows}, {"timing", {{"seconds", seconds_since(start)}}}}.dump(2)
+    std::cout << json_text(Json{{"data", o.data}, {"rows", rows}, {"timing", {{"seconds", seconds_since(start)}}}}, 2)
               << "\n";
   } else {
     print_table(runs, o);

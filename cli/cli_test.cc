@@ -94,7 +94,7 @@ TEST_F(Cli, BadInputTable) {
       {"unknown_option", ok, "batch --data {file} --dp 2 --frobnicate", "frobnicate"},
       {"unknown_command", "", "bogus --data x", "unknown command 'bogus'; the commands are stats, batch, model"},
       {"drop_last_nothing_left", ok, "batch --data {file} --dp 2 --samples-per-step 4 --drop-last --out {out}",
-       "--drop-last leaves no step"},
+       "dropping the short last step leaves no step"},
       {"unknown_preset", ok, "model --model vit-99b", "unknown model 'vit-99b'"},
       {"config_malformed", R"({"model_type": "llama", "hidden_size": )", "model --model {file}", "malformed JSON"},
       {"config_incomplete", R"({"model_type": "llava", "text_config": {}})", "model --model {file}",
@@ -163,6 +163,10 @@ TEST_F(Cli, BadInputTable) {
        "plan --model gpt-11b --cluster {file} --gbs 8 --quiet --out {out}", "device: unknown key 'flops'"},
       {"report_malformed", R"({"kind": "plan", )", "report --plan {file} --out {out}", "malformed JSON"},
       {"report_not_a_plan", R"({"kind": "schedule"})", "report --plan {file} --out {out}", "not a plan file"},
+      // A "kind" of another type is no plan either (reading it as a string threw past the error contract).
+      {"report_kind_a_number", R"({"kind": 5})", "report --plan {file} --out {out}", "not a plan file"},
+      {"simulate_kind_a_number", R"({"kind": 5})",
+       "simulate --model gpt-11b --cluster a100:8 --gbs 8 --load-schedule {file}", "schedule: missing key \"fulcrum\""},
       {"report_without_request", R"({"kind": "plan", "strategy": "fulcrum"})", "report --plan {file} --out {out}",
        "plan: missing key \"request\""},
       {"report_request_type",
@@ -189,13 +193,20 @@ TEST_F(Cli, BadInputTable) {
       {"plan_config_overflow", "", "plan --model gpt-11b --cluster a100:8 --gbs 8 --config 4294967304,1,1,1,1 --quiet "
        "--out {out}", "expected DP,TP,PP,VPP,MBS as positive integers"},
       {"plan_seq_zero", "", "plan --model gpt-11b --cluster a100:8 --gbs 8 --seq 0 --quiet --out {out}",
-       "--seq must be at least 1, got 0"},
+       "--seq must be from 1 to 16777216, got 0"},
+      // Past these, a micro-batch's Σt² overflows (undefined behaviour, then times of nothing).
+      {"plan_seq_huge", "", "plan --model gpt-11b --cluster a100:8 --gbs 8 --seq 4294967296 --quiet --out {out}",
+       "--seq must be from 1 to 16777216, got 4294967296"},
+      {"image_tokens_huge", "", "plan --model llava-1.5-7b --cluster a100:8 --gbs 8 --image-tokens 4611686018427387904 "
+       "--quiet --out {out}", "--image-tokens must be from 0 to 65536"},
+      {"images_per_sample_huge", "", "simulate --model llava-1.5-7b --cluster a100:8 --gbs 8 --images-per-sample "
+       "100000 --trace {out}", "--images-per-sample must be from 0 to 4096, got 100000"},
       {"batch_dp_huge", ok, "batch --data {file} --dp 2000000000 --out {out}", "--dp must be at most 1048576"},
       {"cluster_devices_huge", "", "simulate --model gpt-11b --cluster a100:99999999999 --gbs 8 --trace {out}",
        "the device count must be an integer from 1 to 1048576"},
       // Options that cannot apply are refused, not ignored.
       {"image_tokens_negative", "", "simulate --model llava-1.5-7b --cluster a100:8 --gbs 8 --image-tokens -5 "
-       "--trace {out}", "--image-tokens must not be negative, got -5"},
+       "--trace {out}", "--image-tokens must be from 0 to 65536, got -5"},
       {"images_without_encoder", "", "simulate --model gpt-11b --cluster h100:8 --tp 8 --gbs 8 --images-per-sample 5 "
        "--trace {out}", "model 'gpt-11b' has no encoder"},
       // One output of two that cannot be written: neither is, and the warnings of a failed run stay unsaid.
@@ -363,16 +374,40 @@ TEST_F(Cli, ReportShowsEveryRankTheComparedPlansAndTheMeasuredTrace) {
     return write(name, doc.dump());
   };
   const std::string other_cluster = edited("other_cluster.json", [](nlohmann::json& d) {
-    d["request"]["cluster"] = "a100:128";
+    d["cluster"] = d["request"]["cluster"] = "a100:128";
   });
   const std::string negative_epoch = edited("negative_epoch.json", [](nlohmann::json& d) {
     d["plan"]["epoch_seconds"] = -1;
   });
   const std::string version_two = edited("version_two.json", [](nlohmann::json& d) { d["fulcrum"] = 2; });
-  for (const auto& [file, message] : {std::pair<std::string, std::string>{other_cluster,
-                                                                          "cluster 'a100:128' has 128 devices"},
-                                      {negative_epoch, "\"epoch_seconds\" must be positive"},
-                                      {version_two, "unsupported plan file version 2"}}) {
+  // A summary that says one plan over a schedule that runs another: each would be shown as given, beside a
+  // timeline of something else.
+  const std::pair<std::function<void(nlohmann::json&)>, std::string> contradictions[] = {
+      {[](nlohmann::json& d) { d["plan"]["pp"] = d["plan"]["pp"].get<int>() * 2; }, "\"pp\" is"},
+      {[](nlohmann::json& d) { d["plan"]["dp"] = d["plan"]["dp"].get<int>() + 1; }, "\"dp\" is"},
+      {[](nlohmann::json& d) { d["plan"]["schedule"] = "gpipe"; }, "\"schedule\" is 'gpipe'"},
+      {[](nlohmann::json& d) { d["plan"]["stages"][0][1] = d["plan"]["stages"][0][1].get<int>() + 1; },
+       "\"stages\" differ"},
+      {[](nlohmann::json& d) { d["plan"]["recompute"] = "0 none, 0 selective, 0 full"; }, "\"recompute\" is"},
+      {[](nlohmann::json& d) { d["plan"]["epoch_seconds"] = d["plan"]["epoch_seconds"].get<double>() * 2; },
+       "\"epoch_seconds\" is"},
+      {[](nlohmann::json& d) { d["plan"]["batcher"] = "smart"; }, "unknown batcher 'smart'"},
+      {[](nlohmann::json& d) { d["strategy"] = "fastest"; }, "unknown strategy"},
+      {[](nlohmann::json& d) { d["gbs"] = 4096; }, "\"gbs\" is 4096, but the request's is"},
+      {[](nlohmann::json& d) { d["model"] = "gpt-175b"; }, "made for model 'gpt-175b'"},
+      {[](nlohmann::json& d) { d["optimus"] = {{"efficiency_fine", 1.5}}; }, "between 0 and 1"},
+  };
+  std::vector<std::pair<std::string, std::string>> refused{{other_cluster, "cluster 'a100:128' has 128 devices"},
+                                                           {negative_epoch, "\"epoch_seconds\" must be positive"},
+                                                           {version_two, "unsupported plan file version 2"}};
+  for (size_t k = 0; k < std::size(contradictions); ++k) {
+    refused.push_back({edited(fmt::format("contradiction_{}.json", k), contradictions[k].first),
+                       contradictions[k].second});
+  }
+  nlohmann::json encoders_nowhere = baseline;  // megatron's encoders run in its first stage, not in bubbles
+  encoders_nowhere["optimus"] = {{"efficiency_fine", 0.5}};
+  refused.push_back({write("encoders_nowhere.json", encoders_nowhere.dump()), "no encoder section"});
+  for (const auto& [file, message] : refused) {
     const std::string out = (dir_ / "bad.html").string();
     const Result b = run("report --plan " + file + " --out " + out);
     EXPECT_EQ(b.status, 2) << file << ": " << b.err;
@@ -537,6 +572,17 @@ TEST_F(Cli, ModelJsonReadsBackAsTheSameModel) {
   const Result frozen = run("model --model llava-1.5-7b --trainable projector --json");
   const std::string file = write("frozen.json", frozen.out);
   EXPECT_EQ(run("model --model " + file + " --json").out, frozen.out);
+}
+
+// A model named after its file, whose name is not UTF-8 (Linux file names are bytes): the JSON output writes the
+// byte as U+FFFD where the writer stopped the run with an abort.
+TEST_F(Cli, JsonOutputOfANameThatIsNotUtf8IsStillJson) {
+  const std::string config =
+      write("\xfe.json", slurp(fs::path(FULCRUM_SOURCE_DIR) / "data/modelcfg/internlm2_20b.config.json"));
+  const Result r = run("model --model '" + config + "' --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["name"], "\xef\xbf\xbd");  // U+FFFD
 }
 
 TEST_F(Cli, ModelShowsActivationMemoryForAStatedMicroBatch) {
@@ -768,6 +814,10 @@ TEST_F(Cli, PlanOptimusPutsTheEncoderInTheLlmsBubbles) {
   const auto plan_file = nlohmann::json::parse(slurp(file));
   ASSERT_TRUE(plan_file["schedule"].contains("encoder"));
   EXPECT_EQ(plan_file["schedule"]["encoder"]["pipelines"], o["m"]);
+  // Its summary states the encoders' tensor parallelism as their plan runs it, so its report agrees with it.
+  EXPECT_EQ(plan_file["plan"]["encoder_tp"], e["tp"]);
+  const Result report = run("report --plan " + file + " --out " + (dir_ / "optimus.html").string());
+  EXPECT_EQ(report.status, 0) << report.err;
   const Result sim = run("simulate --model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --mbs 2 --seq 2048 "
                          "--image-tokens 256 --load-schedule " + file + " --json --quiet");
   ASSERT_EQ(sim.status, 0) << sim.err;

@@ -19,7 +19,9 @@ ClusterSpec load_cluster(const std::string& preset_or_file) {
 ProfileTable load_profile(const std::string& path) { return parse_profile_table(read_text_file(path), path); }
 
 void set_image_tokens(ModelSpec& model, int64_t tokens) {
-  if (tokens < 0) throw InputError(fmt::format("--image-tokens must not be negative, got {}", tokens));
+  if (tokens < 0 || tokens > kMostImageTokens) {
+    throw InputError(fmt::format("--image-tokens must be from 0 to {}, got {}", kMostImageTokens, tokens));
+  }
   if (tokens == 0) return;
   for (ComponentSpec& c : model.components) {
     if (c.role == ComponentRole::kEncoder && c.tokens_per_item > 0) c.tokens_per_item = tokens;

@@ -26,7 +26,9 @@ ClusterSpec load_cluster(const std::string& preset_or_file);
 ProfileTable load_profile(const std::string& path);
 
 // --image-tokens: encoders whose items are fixed sequences take `tokens` patch tokens per item instead; 0 leaves
-// the model as it is; a negative count is an InputError.
+// the model as it is; a count outside 0 to kMostImageTokens (model_spec.h) is an InputError.
+// --images-per-sample takes at most kMostImagesPerSample.
+inline constexpr int64_t kMostImagesPerSample = 4096;
 void set_image_tokens(ModelSpec& model, int64_t tokens);
 
 // Data with images for a model with no encoder to take them, in a plan or simulation: the encoder's work on their

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/output_file.h"
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/activation_memory.h"
 #include "fulcrum/cost/dtype.h"
@@ -309,7 +310,7 @@ std::function<void()> add_model_command(CLI::App& app) {
       for (ComponentSpec& c : model.components) c.trainable = chosen.count(c.name) > 0;
     }
     if (options->json) {
-      std::cout << model_json(model, options->micro_batch).dump(2) << "\n";
+      std::cout << json_text(model_json(model, options->micro_batch), 2) << "\n";
     } else {
       print_text(model, options->micro_batch);
     }

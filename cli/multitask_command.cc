@@ -195,7 +195,7 @@ void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const Cl
                    {"peak_memory_bytes", peak_bytes(simulated)},
                    {"usable_memory_bytes", simulated.usable_memory_bytes},
                    {"fits", !simulated.oom}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return;
   }
   constexpr double kGiB = 1024.0 * 1024 * 1024;
@@ -472,7 +472,7 @@ void run(const MultitaskOptions& o) {
                    {"speedup_vs_sequential", speedup},
                    {"min_tp", planned->min_tp},
                    {"timing", {{"planner_seconds", planner_seconds}}}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return;
   }
   std::cout << fmt::format("{}: {} tasks, {} operators in {} MetaOps over {} levels, on {} × {}\n", graph.name,

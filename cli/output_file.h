@@ -1,6 +1,7 @@
 #ifndef FULCRUM_CLI_OUTPUT_FILE_H_
 #define FULCRUM_CLI_OUTPUT_FILE_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,6 +27,14 @@ class OutputFiles {
  private:
   std::vector<std::pair<std::string, std::string>> files_;
 };
+
+// The JSON text of a command's output. Names from the command line (file names) may hold bytes that are not UTF-8,
+// which JSON cannot: each such byte is written as U+FFFD, where the writer would otherwise stop the run after its
+// work is done.
+template <typename JsonValue>
+std::string json_text(const JsonValue& value, int indent) {
+  return value.dump(indent, ' ', false, JsonValue::error_handler_t::replace);
+}
 
 }  // namespace fulcrum
 

@@ -86,12 +86,6 @@ ParallelConfig parse_config(const std::string& text, const std::string& option) 
   return c;
 }
 
-std::string recompute_summary(const Schedule& s) {
-  int64_t counts[3] = {0, 0, 0};
-  for (Recompute r : s.recompute) ++counts[static_cast<int>(r)];
-  return fmt::format("{} none, {} selective, {} full", counts[0], counts[1], counts[2]);
-}
-
 Json summary_json(const TrainingPlan& p) {
   const ParallelConfig& c = p.config;
   Json stages = Json::array();
@@ -175,9 +169,12 @@ void run_plan(const PlanOptions& o) {
   request.dtype = training_dtype(o.dtype, request.cluster);
   if (!o.profile.empty()) request.profile = load_profile(o.profile);
   check_global_batch(o.gbs, request.cluster.devices);
-  if (o.seq < 1) throw InputError(fmt::format("--seq must be at least 1, got {}", o.seq));
-  if (o.images_per_sample < 0) {
-    throw InputError(fmt::format("--images-per-sample must not be negative, got {}", o.images_per_sample));
+  if (o.seq < 1 || o.seq > (int64_t{1} << 24)) {
+    throw InputError(fmt::format("--seq must be from 1 to 16777216, got {}", o.seq));
+  }
+  if (o.images_per_sample < 0 || o.images_per_sample > kMostImagesPerSample) {
+    throw InputError(fmt::format("--images-per-sample must be from 0 to {}, got {}", kMostImagesPerSample,
+                                 o.images_per_sample));
   }
   request.gbs = o.gbs;
   request.seq = o.seq;
@@ -308,7 +305,7 @@ void run_plan(const PlanOptions& o) {
       for (const LayerSpec& l : c.layers) blocks.push_back(l.kind == LayerKind::kTransformerBlock);
     }
     file["transformer_blocks"] = blocks;  // which flattened layers fulcrum.megatron counts
-    const std::string text = file.dump(1) + "\n";
+    const std::string text = json_text(file, 1) + "\n";
     std::string report;
     if (!o.report.empty()) {
       ReportSources sources;
@@ -366,7 +363,7 @@ void run_plan(const PlanOptions& o) {
       out["ablation"] = rows;
     }
     out["timing"] = {{"search_seconds", search_seconds}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return;
   }
   std::cout << fmt::format("{} on {} × {}, global batch {}{}: {} plan\n", request.model.name,

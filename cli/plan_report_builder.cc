@@ -1,8 +1,10 @@
 #include "cli/plan_report_builder.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -20,6 +22,7 @@
 #include "fulcrum/data/batcher.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/load_model.h"
+#include "fulcrum/plan/planner.h"
 #include "fulcrum/report/html.h"
 #include "fulcrum/report/trace_chart.h"
 #include "fulcrum/sched/schedule_json.h"
@@ -30,126 +33,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-// What a report needs from a plan file.
-struct SavedPlan {
-  std::string strategy;
-  std::string model, cluster, dtype = "bf16", profile, data, root = ".", command;
-  int64_t gbs = 0, image_tokens = 0;
-  uint64_t seed = 0;
-  std::string batcher;
-  int micro_batches = 0;
-  double iteration_seconds = 0, epoch_seconds = 0;
-  int64_t steps_per_epoch = 0;
-  std::string configuration;
-  std::string recompute;
-  std::optional<double> efficiency_fine;  // with the encoders in bubbles: the share of their compute there
-  Schedule schedule;
-  MicroBatchLoads detail_loads;
-};
-
-class PlanFileReader : public JsonReader {
- public:
-  using JsonReader::JsonReader;
-
-  std::string text(const Json& object, const char* key, const std::string& where) const {
-    const Json& v = member(object, key, where);
-    if (!v.is_string()) fail(where, "\"{}\" must be a string", key);
-    return v.get<std::string>();
-  }
-  int64_t integer(const Json& object, const char* key, const std::string& where) const {
-    const Json& v = member(object, key, where);
-    if (!v.is_number_integer()) fail(where, "\"{}\" must be an integer", key);
-    return v.get<int64_t>();
-  }
-  double real(const Json& object, const char* key, const std::string& where) const {
-    const Json& v = member(object, key, where);
-    if (!v.is_number()) fail(where, "\"{}\" must be a number", key);
-    return v.get<double>();
-  }
-
-  SavedPlan read(const std::string& plan_text) const {
-    const Json doc = parse_json_document(plan_text, file());
-    if (!doc.is_object() || doc.value("kind", "") != "plan") {
-      throw InputError(fmt::format("{}: not a plan file (`fulcrum plan --out` writes one)", file()));
-    }
-    if (doc.contains("fulcrum") && doc["fulcrum"] != 1) {
-      throw InputError(fmt::format("{}: unsupported plan file version {}", file(), doc["fulcrum"].dump()));
-    }
-    SavedPlan p;
-    p.strategy = text(doc, "strategy", "plan");
-    const Json& request = member(doc, "request", "plan");
-    const std::string where = "request";
-    p.model = text(request, "model", where);
-    p.cluster = text(request, "cluster", where);
-    p.dtype = text(request, "dtype", where);
-    p.profile = text(request, "profile", where);
-    p.data = text(request, "data", where);
-    p.root = text(request, "root", where);
-    p.gbs = integer(request, "gbs", where);
-    p.image_tokens = integer(request, "image_tokens", where);
-    p.seed = static_cast<uint64_t>(integer(request, "seed", where));
-    if (p.gbs < 1) fail(where, "\"gbs\" must be at least 1");
-    if (p.image_tokens < 0) fail(where, "\"image_tokens\" must be at least 0");
-    p.command = text(doc, "command", "plan");
-    const Json& plan = member(doc, "plan", "plan");
-    p.batcher = text(plan, "batcher", "plan");
-    p.micro_batches = static_cast<int>(integer(plan, "micro_batches", "plan"));
-    p.iteration_seconds = real(plan, "iteration_seconds", "plan");
-    p.epoch_seconds = real(plan, "epoch_seconds", "plan");
-    p.steps_per_epoch = integer(plan, "steps_per_epoch", "plan");
-    if (p.micro_batches < 1 || p.steps_per_epoch < 1) {
-      fail("plan", "\"micro_batches\" and \"steps_per_epoch\" must be at least 1");
-    }
-    if (!(p.iteration_seconds > 0 && p.iteration_seconds < 1e9 && p.epoch_seconds >= p.iteration_seconds &&
-          p.epoch_seconds < 1e12)) {
-      fail("plan", "\"iteration_seconds\" and \"epoch_seconds\" must be positive, an epoch at least an iteration");
-    }
-    p.recompute = text(plan, "recompute", "plan");
-    p.configuration = configuration_text(integer(plan, "dp", "plan"), integer(plan, "tp", "plan"),
-                                         integer(plan, "pp", "plan"), integer(plan, "vpp", "plan"),
-                                         integer(plan, "mbs", "plan"), p.micro_batches, text(plan, "schedule", "plan"),
-                                         p.batcher);
-    if (doc.contains("optimus")) {
-      const Json& optimus = doc["optimus"];
-      if (!optimus.is_object() || !optimus.value("efficiency_fine", Json()).is_number()) {
-        fail("optimus", "\"efficiency_fine\" must be a number");
-      }
-      p.efficiency_fine = optimus["efficiency_fine"].get<double>();
-    }
-    p.schedule = schedule_from_json(member(doc, "schedule", "plan").dump(), file());
-    validate(p.schedule, file());
-    if (p.micro_batches != p.schedule.micro_batches) {
-      fail("plan", "{} micro-batches, but its schedule runs {}", p.micro_batches, p.schedule.micro_batches);
-    }
-    const Json& loads = member(doc, "detail_loads", "plan");
-    if (!loads.is_array() || static_cast<int>(loads.size()) != p.schedule.layout.dp) {
-      fail("detail_loads", "expected a list of {} replicas' micro-batches", p.schedule.layout.dp);
-    }
-    for (size_t d = 0; d < loads.size(); ++d) {
-      const std::string at = fmt::format("detail_loads[{}]", d);
-      if (!loads[d].is_array() || static_cast<int>(loads[d].size()) != p.schedule.micro_batches) {
-        fail(at, "expected {} micro-batches", p.schedule.micro_batches);
-      }
-      std::vector<MicroBatchLoad>& replica = p.detail_loads.per_replica.emplace_back();
-      for (size_t j = 0; j < loads[d].size(); ++j) {
-        const Json& l = loads[d][j];
-        if (!l.is_array() || l.size() != 4) fail(fmt::format("{}[{}]", at, j), "expected [vision, tokens, tokens², sequences]");
-        int64_t v[4];
-        for (int k = 0; k < 4; ++k) {
-          if (!l[k].is_number_integer() || l[k].get<int64_t>() < 0) {
-            fail(fmt::format("{}[{}]", at, j), "expected non-negative integers");
-          }
-          v[k] = l[k].get<int64_t>();
-        }
-        replica.push_back({v[0], v[1], v[2], v[3]});
-      }
-    }
-    return p;
-  }
-};
-
 // Per step, per rank: the predicted seconds of the rank's micro-batches under `batcher`.
-RankLoads rank_loads(const Dataset& data, const SampleCost& cost, const std::string& batcher, const SavedPlan& p,
+RankLoads rank_loads(const Dataset& data, const SampleCost& cost, const std::string& batcher, const PlanFile& p,
                      int steps) {
   BatchParams params;
   params.dp = p.schedule.layout.dp;
@@ -176,15 +61,13 @@ RankLoads rank_loads(const Dataset& data, const SampleCost& cost, const std::str
 
 }  // namespace
 
-std::string configuration_text(int64_t dp, int64_t tp, int64_t pp, int64_t vpp, int64_t mbs, int64_t micro_batches,
-                               const std::string& schedule, const std::string& batcher) {
-  return fmt::format("DP {} TP {} PP {} VPP {}, micro-batch {} × {}, {}, {} batches", dp, tp, pp, vpp, mbs,
-                     micro_batches, schedule, batcher);
-}
-
 std::string plan_report_html(const std::string& plan_text, const std::string& plan_file, const ReportSources& sources) {
-  const SavedPlan p = PlanFileReader(plan_file).read(plan_text);
+  const PlanFile p = read_plan_file(plan_text, plan_file);
   ModelSpec model = load_model(p.model);
+  if (p.model_name && *p.model_name != model.name) {
+    throw InputError(fmt::format("{}: plan: made for model '{}', but its request's model '{}' is '{}'", plan_file,
+                                 *p.model_name, p.model, model.name));
+  }
   set_image_tokens(model, p.image_tokens);
   const ClusterSpec cluster = load_cluster(p.cluster);
   const ParallelLayout& layout = p.schedule.layout;
@@ -202,7 +85,7 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
   // Compared plans first: a bad one fails before any work.
   std::vector<ComparedPlan> compared = sources.compared;
   for (const std::string& file : sources.compare_files) {
-    const SavedPlan other = PlanFileReader(file).read(read_text_file(file));
+    const PlanFile other = read_plan_file(read_text_file(file), file);
     compared.push_back({other.strategy, other.configuration, other.iteration_seconds, other.epoch_seconds});
   }
   std::optional<TimelineChart> measured;

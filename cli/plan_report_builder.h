@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "fulcrum/report/plan_file.h"
 #include "fulcrum/report/plan_report.h"
 
 namespace fulcrum {
@@ -20,11 +21,6 @@ struct ReportSources {
   int load_steps = 48;                     // steps shown in the load section
   int replica = -1;                        // data-parallel replica the timeline shows; -1: the slowest
 };
-
-// A plan's configuration in one line, as `fulcrum plan` prints it and its report shows it:
-// "DP 8 TP 2 PP 4 VPP 1, micro-batch 1 × 32, 1f1b, random batches".
-std::string configuration_text(int64_t dp, int64_t tp, int64_t pp, int64_t vpp, int64_t mbs, int64_t micro_batches,
-                               const std::string& schedule, const std::string& batcher);
 
 // The HTML report of the plan file `plan_text` (what `fulcrum plan --out` writes) named `plan_file` in
 // messages: its schedule simulated again on the micro-batches the plan was simulated on, with the timeline

@@ -143,7 +143,7 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
 // A schedule file's text, or the schedule a plan file (`fulcrum plan --out`) holds.
 std::string schedule_text(const std::string& text, const std::string& file) {
   const Json doc = parse_json_document(text, file);
-  if (doc.is_object() && doc.value("kind", "") == "plan") {
+  if (doc.is_object() && doc.contains("kind") && doc["kind"] == "plan") {  // any "kind" that is not "plan": not a plan
     if (!doc.contains("schedule")) throw InputError(fmt::format("{}: a plan without a schedule", file));
     return doc["schedule"].dump();
   }
@@ -169,8 +169,9 @@ void run_simulate(const SimulateOptions& o) {
                                  o.load_schedule, fmt::join(o.layout_options, ", ")));
   }
   set_image_tokens(model, o.image_tokens);
-  if (o.images_per_sample < -1) {  // -1: the default, one per sample when the model has an encoder
-    throw InputError(fmt::format("--images-per-sample must be at least 0, got {}", o.images_per_sample));
+  if (o.images_per_sample < -1 || o.images_per_sample > kMostImagesPerSample) {  // -1: the default, one per sample
+    throw InputError(fmt::format("--images-per-sample must be from 0 to {}, got {}", kMostImagesPerSample,
+                                 o.images_per_sample));
   }
   if (o.images_per_sample > 0 && !model.has_encoder()) {
     throw InputError(fmt::format("--images-per-sample {}: model '{}' has no encoder", o.images_per_sample, o.model));
@@ -308,7 +309,7 @@ void run_simulate(const SimulateOptions& o) {
     }
     out["timing"] = {{"sim_seconds", sim_seconds},
                      {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return;
   }
   std::cout << fmt::format("{} ({:.2f}B parameters, {} layers) on {} × {}: dp {} tp {} pp {} vpp {}, {} schedule, "

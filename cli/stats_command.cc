@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/output_file.h"
 #include "cli/warnings.h"
 #include "fulcrum/data/dataset_stats.h"
 #include "fulcrum/data/meta_index.h"
@@ -38,7 +39,7 @@ void run_stats(const StatsOptions& o) {
     nlohmann::ordered_json missing = nlohmann::ordered_json::array();
     for (const MetaEntry& e : loaded.missing) missing.push_back({{"name", e.name}, {"token_lengths", e.token_lengths}});
     out["missing_sources"] = missing;
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return;
   }
   std::cout << fmt::format("{} samples ({} text-only) from {} source(s); vision counted in {}\n", stats.samples,

@@ -13,9 +13,15 @@ nlohmann::json parse_json_document(std::string_view text, const std::string& fil
   // The keys of each object open on the way down, so that a key given twice is refused: the parser would keep the
   // last silently, and a setting (or a dataset in a meta index) written first would be lost without a word.
   std::vector<std::set<std::string>> open_objects;
-  const nlohmann::json::parser_callback_t refuse_repeated_keys = [&](int, nlohmann::json::parse_event_t event,
-                                                                     nlohmann::json& parsed) {
+  const nlohmann::json::parser_callback_t check = [&](int depth, nlohmann::json::parse_event_t event,
+                                                      nlohmann::json& parsed) {
     using Event = nlohmann::json::parse_event_t;
+    // The parser does not recurse, but copying and writing a value do, once a level: past the stack at a few
+    // hundred thousand levels.
+    if ((event == Event::object_start || event == Event::array_start) && depth >= kMostJsonDepth) {
+      throw InputError(fmt::format("{}: values nested more than {} deep", file, kMostJsonDepth));
+    }
+    if (repeated == RepeatedKeys::kLastWins) return true;
     if (event == Event::object_start) {
       open_objects.emplace_back();
     } else if (event == Event::object_end) {
@@ -27,8 +33,7 @@ nlohmann::json parse_json_document(std::string_view text, const std::string& fil
     return true;
   };
   try {
-    if (repeated == RepeatedKeys::kLastWins) return nlohmann::json::parse(text);
-    return nlohmann::json::parse(text, refuse_repeated_keys);
+    return nlohmann::json::parse(text, check);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));
   } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double

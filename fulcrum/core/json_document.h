@@ -10,10 +10,12 @@ namespace fulcrum {
 // Parses a whole JSON document of a user's file (meta index, model config, cluster, profile, cost).
 // Malformed text throws InputError "<file>: malformed JSON at byte N"; anything else the parser refuses
 // (a number too large for a double) "<file>: malformed JSON (reason)"; a key given twice in one object "<file>: key
-// 'k' appears twice in one object".
+// 'k' appears twice in one object"; values nested more than kMostJsonDepth deep "<file>: values nested more than
+// 256 deep" (no file of Fulcrum's nests past ten; copying or writing a value recurses once a level).
 // Traces recorded by other tools (Chrome's, PyTorch's) may repeat keys in the event details a reader skips: read
 // with kLastWins, they keep the last as the parser does.
 enum class RepeatedKeys { kRefuse, kLastWins };
+inline constexpr int kMostJsonDepth = 256;
 nlohmann::json parse_json_document(std::string_view text, const std::string& file,
                                    RepeatedKeys repeated = RepeatedKeys::kRefuse);
 

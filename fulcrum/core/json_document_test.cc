@@ -30,6 +30,17 @@ TEST(JsonDocument, AKeyGivenTwiceInOneObjectIsRefused) {
   EXPECT_EQ(parse_json_document(R"({"a": {"a": 1}, "b": {"a": 2}})", "f.json")["b"]["a"], 2);
 }
 
+// Copying or writing a value recurses once a level: a file of 200,000 nested arrays overflowed the stack in the
+// reader that copied it. Nesting is refused past 256 levels, in either mode, whatever the values are.
+TEST(JsonDocument, ValuesNestedPastTheLimitAreRefused) {
+  const auto nested = [](int levels) { return std::string(levels, '[') + std::string(levels, ']'); };
+  EXPECT_EQ(error_of(nested(256)), "");
+  EXPECT_EQ(error_of(nested(257)), "f.json: values nested more than 256 deep");
+  EXPECT_EQ(error_of("{\"a\": " + nested(200000) + "}"), "f.json: values nested more than 256 deep");
+  EXPECT_THAT([&] { parse_json_document(nested(300), "t.json", RepeatedKeys::kLastWins); },
+              ::testing::ThrowsMessage<InputError>(HasSubstr("t.json: values nested more than 256 deep")));
+}
+
 TEST(JsonDocument, MalformedTextNamesTheByte) {
   EXPECT_THAT(error_of(R"({"a": )"), HasSubstr("f.json: malformed JSON at byte"));
   // The library's reason, without its exception tag.

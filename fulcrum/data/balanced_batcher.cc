@@ -152,7 +152,7 @@ class WindowBalancer {
   InputError no_room(int64_t window_index, const Item& item) const {
     return InputError(fmt::format(
         "window {}: sample {} (vision {}, tokens {}) fits in none of its {} micro-batches under the caps "
-        "(vision {}, tokens {}); raise the caps or --microbatches, or lower --samples-per-step",
+        "(vision {}, tokens {}); raise the caps or the micro-batches per rank, or lower the samples per step",
         window_index, item.id, item.vision, item.tokens, bin_count_, params_.vision_cap, params_.token_cap));
   }
 

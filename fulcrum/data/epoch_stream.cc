@@ -32,7 +32,7 @@ StepStream cut_into_steps(std::vector<uint32_t> order, int64_t samples_per_step,
     order.resize(static_cast<size_t>(full * samples_per_step));
     tail = 0;
     if (full == 0) {
-      throw InputError(fmt::format("--drop-last leaves no step: {} samples, {} per step", n, samples_per_step));
+      throw InputError(fmt::format("dropping the short last step leaves no step: {} samples, {} per step", n, samples_per_step));
     }
   } else if (tail > 0 && tail < min_per_step) {
     // Repeat the fewest samples that give every micro-batch of the last step one sample.

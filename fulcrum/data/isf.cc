@@ -197,7 +197,7 @@ Groups isf_groups(const Dataset& data, const IsfParams& p, OversizePolicy oversi
 IsfParams isf_params(const BatchParams& params, const Dataset& data) {
   IsfParams p;
   if (data.vision_unit() == VisionUnit::kPatchTokens && params.vision_cap == 0) {
-    throw InputError("isf on a dataset that counts vision_tokens needs --vit-cap (in patch tokens)");
+    throw InputError("isf on a dataset that counts vision_tokens needs a vision cap (in patch tokens)");
   }
   if (params.vision_cap > 0) p.vision_cap = params.vision_cap;
   if (params.token_cap > 0) p.token_cap = params.token_cap;
@@ -232,7 +232,7 @@ BatchPlan deal_groups(const Groups& groups, const Dataset& data, const BatchPara
   for (auto& g : tail) tail_samples += static_cast<int64_t>(g.size());
   if (params.drop_last) {
     if (full_steps == 0) {
-      throw InputError(fmt::format("--drop-last leaves no step: {} isf groups, {} per step", groups.size(), slots));
+      throw InputError(fmt::format("dropping the short last step leaves no step: {} isf groups, {} per step", groups.size(), slots));
     }
     plan.dropped = tail_samples;
     return plan;

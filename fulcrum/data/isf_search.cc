@@ -64,7 +64,7 @@ IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const
     if (t.candidate && (!best || t.score < best->score)) best = &t;
   }
   if (!best) {
-    throw InputError(fmt::format("isf --search found no caps giving {:.1f} to {:.1f} samples per group in {} trials",
+    throw InputError(fmt::format("the isf cap search found no caps giving {:.1f} to {:.1f} samples per group in {} trials",
                                  b, b + 1, result.trials.size()));
   }
   result.best = best->params;

@@ -223,6 +223,8 @@ class CsvReader {
       if (columns_[i] == kOther) continue;
       if (columns_[i] == kTask) {
         r.task = fields[i].value_or("");
+        // Task names are written out in JSON (stats --json), which holds only UTF-8 text.
+        if (!simdjson::validate_utf8(r.task.data(), r.task.size())) sink_.fail(where, "task is not UTF-8 text");
         continue;
       }
       if (!fields[i]) continue;  // an empty cell is an absent field

@@ -132,7 +132,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"csv_fields", LengthFormat::kCsv, "vit_num,token_num\n1,20,7\n", "line 2: has 3 fields"},
         BadInput{"csv_negative", LengthFormat::kCsv, "vit_num,token_num\n-1,20\n", "vit_num must be >= 0"},
         BadInput{"csv_quote", LengthFormat::kCsv, "vit_num,token_num\n1,\"20\n", "malformed CSV"},
-        BadInput{"csv_empty", LengthFormat::kCsv, "", "empty CSV"}),
+        BadInput{"csv_empty", LengthFormat::kCsv, "", "empty CSV"},
+        // `stats --json` writes task names: a byte that is not UTF-8 stopped the writer (an abort).
+        BadInput{"csv_task_not_utf8", LengthFormat::kCsv, "token_num,vit_num,task\n5,1,chat\n5,1,\xff\n",
+                 "line 3: task is not UTF-8 text"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return std::string(info.param.name); });
 
 TEST(LengthFile, BadRecordLeavesDatasetUnchanged) {

@@ -37,6 +37,10 @@ class Keys {
     }
     const json& v = object_.at(key);
     if (!v.is_number_integer()) fail(key, "must be an integer");
+    // Read as int64_t, an unsigned value past its range would wrap to a negative one.
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max)) {
+      fail(key, fmt::format("is implausibly large: {} (at most {})", v.get<uint64_t>(), max));
+    }
     const int64_t value = v.get<int64_t>();
     if (value <= 0) fail(key, fmt::format("must be positive, got {}", value));
     if (value > max) fail(key, fmt::format("is implausibly large: {} (at most {})", value, max));
@@ -47,10 +51,17 @@ class Keys {
     return size(key, fallback, kMaxLayers);
   }
 
+  // An integer of magnitude up to 2^53 (no setting read this way is larger; callers may negate it).
   int64_t integer(const char* key, int64_t fallback) const {
     if (!has(key)) return fallback;
-    if (!object_.at(key).is_number_integer()) fail(key, "must be an integer");
-    return object_.at(key).get<int64_t>();
+    const json& v = object_.at(key);
+    if (!v.is_number_integer()) fail(key, "must be an integer");
+    constexpr int64_t kMost = int64_t{1} << 53;
+    if ((v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMost)) ||
+        (!v.is_number_unsigned() && (v.get<int64_t>() > kMost || v.get<int64_t>() < -kMost))) {
+      fail(key, "is out of range (magnitude at most 2^53)");
+    }
+    return v.get<int64_t>();
   }
 
   double number(const char* key, double fallback) const {

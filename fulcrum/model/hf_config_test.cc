@@ -119,6 +119,16 @@ TEST(HfConfig, BadInputIsOneLineNamingFileAndKey) {
       {"{\"model_type\": \"llama\", \"num_hidden_layers\": 100000, \"hidden_size\": 16777216, "
        "\"intermediate_size\": 16777216, \"num_attention_heads\": 1}",
        "cfg.json: 1.97e+20 parameters is implausibly many"},
+      // The layer counted from the end is negated: the most negative integer has no negation (undefined behaviour),
+      // and an unsigned one past int64_t wrapped to it.
+      {"{\"model_type\": \"llava\", \"vision_feature_layer\": -9223372036854775808, \"vision_config\": {}, "
+       "\"text_config\": {}}",
+       "cfg.json: vision_feature_layer is out of range"},
+      {"{\"model_type\": \"llava\", \"vision_feature_layer\": 9223372036854775808, \"vision_config\": {}, "
+       "\"text_config\": {}}",
+       "cfg.json: vision_feature_layer is out of range"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": 9223372036854775808}",
+       "cfg.json: hidden_size is implausibly large: 9223372036854775808"},
   };
   for (const auto& c : cases) {
     try {

@@ -57,6 +57,10 @@ std::string_view component_role_name(ComponentRole role);
 
 // A part of the model that gets its own parallel plan: an encoder, the projector, the LLM. Its layers run as a
 // chain, in order.
+// The most patch tokens one encoder item may be (the largest real tiles are a few thousand): past it a
+// micro-batch's Σt² overflows.
+inline constexpr int64_t kMostImageTokens = 65536;
+
 struct ComponentSpec {
   std::string name;  // "vision", "projector", "llm", ...
   ComponentRole role = ComponentRole::kLlm;

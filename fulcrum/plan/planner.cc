@@ -793,6 +793,7 @@ class Planner {
     plan.epoch_seconds = plan.iteration_seconds * static_cast<double>(loads.steps_per_epoch);
     plan.schedule = o.schedule;
     plan.config.schedule = op.llm.schedule.kind;
+    plan.config.encoder_tp = op.encoder_plan.tp;  // the encoders run under their own plan, not the LLM's TP
     plan.detail = o.detail;
     plan.detail_loads = loads.steps.front();
     plan.optimus = o.optimus;

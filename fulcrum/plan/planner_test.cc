@@ -192,6 +192,9 @@ TEST(MakePlan, OptimusMovesTheEncoderIntoTheLlmsBubbles) {
   ASSERT_NE(optimus.optimus, nullptr);
   EXPECT_EQ(optimus.config.pp, 4);
   EXPECT_EQ(optimus.config.tp, 2);
+  // The configuration states the encoders' tensor parallelism as their own plan runs it.
+  EXPECT_EQ(optimus.config.encoder_tp, optimus.optimus->encoder_plan.tp);
+  EXPECT_EQ(optimus.config.encoder_tp, optimus.schedule.layout.encoder_tp);
   EXPECT_LT(optimus.iteration_seconds, megatron.iteration_seconds);
   // The schedule is the whole model's: the encoder section over the ViT and projector (50 layers), the LLM's
   // stages over the 83 after them (embedding, 80 blocks, final norm, LM head), its blocks split evenly.

@@ -59,8 +59,8 @@ std::vector<StageLayers> partition_layers(const ModelSpec& model, int stages, En
     throw InputError(fmt::format("model '{}' has {} transformer blocks to spread over {} pipeline stages{}: use "
                                  "fewer stages (pp × vpp)", model.name, blocks, stages,
                                  placement == EncoderPlacement::kFirstStage && model.has_encoder()
-                                     ? " (the encoders' blocks stay in the first stage; --encoder-placement spread "
-                                       "spreads them too)"
+                                     ? " (the encoders' blocks stay in the first stage; encoder placement "
+                                       "'spread' spreads them too)"
                                      : ""));
   }
   // Blocks per stage: the first (stages − extra) take `base`, the rest one more.

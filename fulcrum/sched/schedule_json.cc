@@ -88,9 +88,11 @@ class Reader : public JsonReader {
 
   int64_t integer(const Json& j, const std::string& where, int64_t low, int64_t high) const {
     if (!j.is_number_integer()) fail(where, "expected an integer");
-    const int64_t v = j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(high)
-                          ? high + 1
-                          : j.get<int64_t>();
+    // Read as int64_t, an unsigned value past its range would wrap: compared unsigned first.
+    if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(high)) {
+      fail(where, "{} is out of range [{}, {}]", j.get<uint64_t>(), low, high);
+    }
+    const int64_t v = j.get<int64_t>();
     if (v < low || v > high) fail(where, "{} is out of range [{}, {}]", v, low, high);
     return v;
   }
@@ -355,7 +357,10 @@ class Reader : public JsonReader {
     if (!found) fail("layout.state_sharding", "'{}': zero-0 … zero-3 or distributed-optimizer", sharding);
 
     s.micro_batches = int32(member(doc, "micro_batches", "schedule"), "micro_batches", 1);
-    s.model_layers = int32(member(doc, "model_layers", "schedule"), "model_layers", 1);
+    // A model's flattened layers (its JSON caps each component at 2^17): the recompute runs fill one entry each,
+    // so a count past any model would allocate gigabytes from a few bytes of text.
+    s.model_layers =
+        static_cast<int32_t>(integer(member(doc, "model_layers", "schedule"), "model_layers", 1, kMostModelLayers));
 
     const Json& stages = member(doc, "stages", "schedule");
     if (!stages.is_array()) fail("stages", "expected an array");

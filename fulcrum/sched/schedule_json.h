@@ -41,7 +41,9 @@ namespace fulcrum {
 std::string schedule_to_json(const Schedule& schedule);
 
 // Reads the form above. Throws InputError "<file>: <where>: <what>" for malformed JSON, unknown keys or
-// instruction names, wrong types and numbers out of range; it does not check the schedule can run (validate()).
+// instruction names, wrong types and numbers out of range (model_layers at most kMostModelLayers); it does not
+// check the schedule can run (validate()).
+inline constexpr int64_t kMostModelLayers = int64_t{1} << 20;
 Schedule schedule_from_json(std::string_view text, const std::string& file);
 
 }  // namespace fulcrum

@@ -106,6 +106,9 @@ TEST(ScheduleJson, BadInputNamesTheFileAndThePlace) {
   EXPECT_THAT(error_of(with("\"pipeline\": \"1f1b\"", "\"pipeline\": \"2f2b\"")), HasSubstr("s.json: pipeline: '2f2b'"));
   EXPECT_THAT(error_of(with("[\"selective\",3]", "[\"selective\",4]")), HasSubstr("s.json: recompute[1]: more layers than the model's 4"));
   EXPECT_THAT(error_of(with("\"activation\"", "\"photons\"")), HasSubstr("payload 'photons'"));
+  // A layer count past any model: its recompute runs would fill gigabytes before validate() saw the schedule.
+  EXPECT_THAT(error_of(with("\"model_layers\": 4", "\"model_layers\": 2147483647")),
+              HasSubstr("s.json: model_layers: 2147483647 is out of range [1, 1048576]"));
 }
 
 // Optimus: an LLM of pp 2, tp 2 whose two ranks host four encoder pipelines of one stage each (tp 1), with one
