@@ -583,6 +583,19 @@ TEST_F(Cli, JsonOutputOfANameThatIsNotUtf8IsStillJson) {
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["name"], "\xef\xbf\xbd");  // U+FFFD
+  // A trace's title names the model.
+  const std::string trace = (dir_ / "trace.json").string();
+  const Result traced = run("simulate --model '" + config + "' --cluster a100:8 --gbs 8 --quiet --trace " + trace);
+  ASSERT_EQ(traced.status, 0) << traced.err;
+  EXPECT_NE(nlohmann::json::parse(slurp(trace))["otherData"]["title"].get<std::string>().find("\xef\xbf\xbd"),
+            std::string::npos);
+  // A plan file records the names to make the plan again: one that is not UTF-8 is refused, not rewritten.
+  const std::string plan = (dir_ / "plan.json").string();
+  const Result planned = run("plan --model '" + config + "' --cluster a100:8 --gbs 8 --quiet --out " + plan);
+  EXPECT_EQ(planned.status, 2);
+  EXPECT_NE(planned.err.find("--model: a name that is not UTF-8 text cannot be recorded in the plan file"),
+            std::string::npos) << planned.err;
+  EXPECT_FALSE(fs::exists(plan));
 }
 
 TEST_F(Cli, ModelShowsActivationMemoryForAStatedMicroBatch) {

@@ -72,13 +72,15 @@ int profile_entries_applied(const ProfileTable& table, const ModelSpec& model, c
       work.trainable = c.trainable;
       work.dtype = dtype;
       work.recompute = flat < recompute.size() ? recompute[flat] : Recompute::kNone;
-      for (Pass pass : {Pass::kForward, Pass::kBackwardInput, Pass::kBackwardWeight, Pass::kRecompute}) {
+      for (Pass pass :
+           {Pass::kForward, Pass::kBackward, Pass::kBackwardInput, Pass::kBackwardWeight, Pass::kRecompute}) {
         if ((pass == Pass::kBackwardWeight && !c.trainable) ||
             (pass == Pass::kRecompute && work.recompute == Recompute::kNone)) {
           continue;
         }
         work.pass = pass;
-        // Every entry of the pass: which of them prices a micro-batch depends on its sequences.
+        // Every entry of the pass: which of them prices a micro-batch depends on its sequences. (A whole backward
+        // is asked for where a schedule does not split it.)
         for (size_t e = 0; e < table.entries.size(); ++e) {
           if (table.entries[e].matches(*work.layer, work)) applied[e] = true;
         }

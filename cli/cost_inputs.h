@@ -43,9 +43,10 @@ void check_global_batch(int64_t gbs, int64_t devices);
 // The dtype named by --dtype, which the cluster's devices must run (fp8 needs fp8 tensor cores).
 Dtype training_dtype(const std::string& name, const ClusterSpec& cluster);
 
-// How many of the table's entries price at least one layer pass of `model` trained under `layout` with
-// per-layer `recompute` (flattened layers; empty: none) in `dtype`: the ones ProfiledCost uses. Token counts
-// do not matter, every entry covers all of them.
+// How many of the table's entries match at least one layer pass of `model` trained under `layout` with
+// per-layer `recompute` (flattened layers; empty: none) in `dtype`: the ones ProfiledCost may use. Token counts
+// do not matter, every entry covers all of them; of entries of one pass that ran other sequences, each
+// micro-batch takes the nearest.
 int profile_entries_applied(const ProfileTable& table, const ModelSpec& model, const ParallelLayout& layout,
                             const std::vector<Recompute>& recompute, Dtype dtype);
 

@@ -36,6 +36,16 @@ std::string json_text(const JsonValue& value, int indent) {
   return value.dump(indent, ' ', false, JsonValue::error_handler_t::replace);
 }
 
+// Whether `text` is UTF-8, as JSON text must be.
+inline bool is_utf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_CLI_OUTPUT_FILE_H_

@@ -163,6 +163,17 @@ std::string describe(const TrainingPlan& p) {
 
 void run_plan(const PlanOptions& o) {
   const auto start = Clock::now();
+  if (!o.out.empty() || !o.report.empty()) {
+    // The plan file records these to make the plan again; JSON holds only UTF-8 text, and a name written
+    // otherwise would name a file the user never gave.
+    for (const auto& [option, name] : {std::pair<const char*, const std::string&>{"--model", o.model},
+                                       {"--cluster", o.cluster}, {"--data", o.data}, {"--root", o.root},
+                                       {"--profile", o.profile}}) {
+      if (!is_utf8(name)) {
+        throw InputError(fmt::format("{}: a name that is not UTF-8 text cannot be recorded in the plan file", option));
+      }
+    }
+  }
   PlanRequest request;
   request.model = load_model(o.model);
   request.cluster = load_cluster(o.cluster);
@@ -371,7 +382,7 @@ void run_plan(const PlanOptions& o) {
                            request.dtype == Dtype::kBf16 ? "" : fmt::format(", {}", dtype_name(request.dtype)),
                            strategy_name(strategy));
   if (request.profile) {
-    std::cout << fmt::format("  profile {}: {} of {} entries price the plan's layer passes\n", o.profile,
+    std::cout << fmt::format("  profile {}: {} of {} entries match the plan's layer passes\n", o.profile,
                              profile_applied, request.profile->entries.size());
   }
   std::cout << fmt::format("  {}\n  stages (layers): ", describe(plan));

@@ -318,7 +318,7 @@ void run_simulate(const SimulateOptions& o) {
                            cluster.device.kind, dp, layout.tp, layout.pp, layout.vpp, pipeline_kind_name(kind),
                            micro_batches, o.mbs, dtype == Dtype::kBf16 ? "" : fmt::format(", {}", dtype_name(dtype)));
   if (profile) {
-    std::cout << fmt::format("  profile {}: {} of {} entries price this run's layer passes\n", o.profile,
+    std::cout << fmt::format("  profile {}: {} of {} entries match this run's layer passes\n", o.profile,
                              profile_applied, profile->entries.size());
   }
   if (!o.data.empty()) {

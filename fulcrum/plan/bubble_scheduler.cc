@@ -394,7 +394,10 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
     const LlmDeviceTimeline& llm = p.llm_ranks[p.pipelines[device.first].stage_rank[device.second]];
     outside += std::max(0.0, seconds - first_compute_seconds(llm));
   }
-  out.efficiency = out.encoder_compute_seconds > 0 ? 1.0 - outside / out.encoder_compute_seconds : 1.0;
+  // A share: the two sums add the same kernels in different orders, so a schedule with nothing inside the
+  // bubbles could come out a rounding below 0.
+  out.efficiency =
+      out.encoder_compute_seconds > 0 ? std::clamp(1.0 - outside / out.encoder_compute_seconds, 0.0, 1.0) : 1.0;
   out.kernels = std::move(a.kernels);
   return out;
 }

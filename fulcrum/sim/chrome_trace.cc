@@ -76,7 +76,8 @@ std::string chrome_trace(const SimResult& result, const std::string& title) {
   Json trace{{"traceEvents", events},
              {"displayTimeUnit", "ms"},
              {"otherData", {{"title", title}, {"iteration_seconds", result.iteration_seconds}}}};
-  return trace.dump() + "\n";
+  // The title names files from the command line, whose names may not be UTF-8: such bytes become U+FFFD.
+  return trace.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace fulcrum

@@ -54,22 +54,36 @@ def drift(layers) -> None:
             layer.forwards.add_(1000)
 
 
-def waves_case(graph: dict, schedule: dict) -> dict:
+def built_apart(frozen):
+    """The example's model from each rank's own seed, the parameters ``frozen(vision)`` gives frozen, and each
+    vision layer counting its forwards from 100 × rank."""
     rank = dist.get_rank()
     model = TinyMultitask(seed=rank)  # each rank's weights its own, until the runtime makes the copies equal
     vision = model.components["vision"]
-    for q in vision[0].parameters():
-        q.requires_grad_(False)  # a frozen layer: never trained, so only the start can make its copies equal
+    for q in frozen(vision):
+        q.requires_grad_(False)
     for layer in vision:
         count_forwards(layer, 100.0 * rank)
+    return model, vision
+
+
+def two_steps_with_a_drift(runtime, batches, layers, counting):
+    """Every rank's state of ``layers`` as the runtime was made, and the forward counts of ``counting`` after a
+    step, a drift on rank 1 and another step."""
+    made = gathered(state(layers))
+    runtime.step(batches)
+    drift(counting)
+    runtime.step(batches)
+    return made, gathered([float(layer.forwards) for layer in counting])
+
+
+def waves_case(graph: dict, schedule: dict) -> dict:
+    # A frozen layer: never trained, so only the start can make its copies equal.
+    model, vision = built_apart(lambda vision: vision[0].parameters())
     layers = [layer for name in graph["model"]["components"] for layer in model.components[name["name"]]]
     runtime = fr.WaveRuntime(model, graph, schedule)
-    made = gathered(state(layers))
     batches = make_batches(model.config, 0)
-    runtime.step(batches)
-    drift(vision)
-    runtime.step(batches)
-    after = gathered([float(layer.forwards) for layer in vision])
+    made, after = two_steps_with_a_drift(runtime, batches, layers, vision)
     # The buffer broadcast off: the drift stays.
     quiet = fr.WaveRuntime(model, graph, schedule, broadcast_buffers=False)
     drift(vision)
@@ -91,6 +105,22 @@ def waves_case(graph: dict, schedule: dict) -> dict:
             "groups": {"two_runtimes": before, "closed": len(c10d._world.pg_map), "scoped": inside,
                        "after_scope": len(c10d._world.pg_map)},
             "step_after_close": refused}
+
+
+def frozen_component_case(graph: dict, schedule: dict) -> dict:
+    """The vision component frozen in the task graph ("trainable": false), so no sync group holds its layers:
+    its copies must still start equal, and take the first holder's buffers each step."""
+    graph = json.loads(json.dumps(graph))
+    schedule = json.loads(json.dumps(schedule))
+    names = [c["name"] for c in graph["model"]["components"]]
+    vision_index = names.index("vision")
+    graph["model"]["components"][vision_index]["trainable"] = False
+    for group in schedule["tasks"]["sync_groups"]:
+        group["layers"] = [layer for layer in group["layers"] if layer[0] != vision_index]
+    model, vision = built_apart(lambda vision: vision.parameters())
+    with fr.WaveRuntime(model, graph, schedule) as runtime:
+        made, after = two_steps_with_a_drift(runtime, make_batches(model.config, 0), vision, vision)
+    return {"start_equal": made[0] == made[1], "forwards_after_drift": after}
 
 
 def runtime_case(engine: str, plan_args) -> dict:
@@ -137,6 +167,7 @@ def main():
     schedule = json.loads(Path(a.schedule).read_text())
     result = {
         "waves": waves_case(graph, schedule),
+        "waves-frozen-component": frozen_component_case(graph, schedule),
         "ddp": runtime_case("ddp", None),
         "executor": runtime_case("executor", ("interleaved", 4, 2, {"pp": 1, "vpp": 2, "dp": 2})),
     }

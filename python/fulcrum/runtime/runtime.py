@@ -109,6 +109,7 @@ class Runtime:
         self.find_unused_parameters = find_unused_parameters
         self.broadcast_buffers = broadcast_buffers
         self._own_groups: list = []  # the process groups this runtime made, which close() destroys
+        self._replica_buffers: list = []  # (buffers, first replica's rank, group) that _sync_buffers broadcasts
         self._closed = False
         self._dp_group, self._pp_group = self._make_groups() if initialized else (None, None)
         self._encoder_group = self._make_encoder_group() if initialized and p.encoder is not None else None
@@ -173,24 +174,22 @@ class Runtime:
         its replicas: a model built with another seed on some rank would otherwise train apart without a word."""
         p = self.plan
         if p.dp > 1 and self.engine != "ddp":  # DistributedDataParallel broadcasts its module itself
-            tensors = [t for s in self.stage_ids for t in (*self.stages[s].parameters(), *self.stages[s].buffers())]
+            buffers = [t for s in self.stage_ids for t in self.stages[s].buffers()]
+            tensors = [t for s in self.stage_ids for t in self.stages[s].parameters()] + buffers
             broadcast_from(tensors, self.pipeline_rank * p.dp, self._dp_group)
+            if buffers:
+                self._replica_buffers.append((buffers, self.pipeline_rank * p.dp, self._dp_group))
         if self._encoder_group is not None:
-            broadcast_from([*self.encoder.parameters(), *self.encoder.buffers()], self._encoder_source,
-                           self._encoder_group)
+            buffers = list(self.encoder.buffers())
+            broadcast_from([*self.encoder.parameters(), *buffers], self._encoder_source, self._encoder_group)
+            if buffers:
+                self._replica_buffers.append((buffers, self._encoder_source, self._encoder_group))
 
     def _sync_buffers(self) -> None:
         """Every replica's buffers from its first replica's, as DDP's ``broadcast_buffers`` before a forward (DDP
-        does it itself)."""
-        p = self.plan
-        if p.dp > 1 and self.engine != "ddp":
-            buffers = [t for s in self.stage_ids for t in self.stages[s].buffers()]
-            if buffers:
-                broadcast_from(buffers, self.pipeline_rank * p.dp, self._dp_group)
-        if self._encoder_group is not None:
-            buffers = list(self.encoder.buffers())
-            if buffers:
-                broadcast_from(buffers, self._encoder_source, self._encoder_group)
+        does it itself). The buffers are the ones the runtime was made with, as DDP lists its module's once."""
+        for buffers, source, group in self._replica_buffers:
+            broadcast_from(buffers, source, group)
 
     def _choose_engine(self, requested: str) -> str:
         p = self.plan
@@ -275,11 +274,14 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        self._module = None  # DistributedDataParallel holds its group
         for g in self._own_groups:
             if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
                 dist.destroy_process_group(g)
-        self._own_groups = []
+        # Nothing keeps a destroyed group alive: its communicator goes once the last reference does (DDP, the
+        # pipelining stage and schedule, the executor each hold one).
+        self._own_groups, self._replica_buffers = [], []
+        self._dp_group = self._pp_group = self._encoder_group = None
+        self._module = self._pipe_stage = self._schedule = self._executor = None
 
     def __enter__(self) -> "Runtime":
         return self
@@ -329,14 +331,14 @@ class Runtime:
         step_tokens = int(step_tokens)
         if step_tokens <= 0:
             raise ValueError("the step has no loss tokens")
-        if self.broadcast_buffers and self.world_size > 1:
-            self._sync_buffers()
         self.timeline.begin_step()
         self._local_loss = 0.0
         # DDP averages gradients over replicas; the other engines sum them.
         replicas = p.dp if self.engine == "ddp" else 1
         self._loss_scale = replicas / step_tokens
         start = time.perf_counter()
+        if self.broadcast_buffers:
+            self._sync_buffers()
         if self.engine == "ddp":
             compute = self._step_ddp(micro_batches)
         else:

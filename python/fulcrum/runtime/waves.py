@@ -232,25 +232,45 @@ class WaveRuntime:
             self.groups.append(pg if self.rank in g.devices else None)
         self.buckets = [self._bucket(i) if self.rank in g.devices else None for i, g in enumerate(p.sync_groups)]
         # Every copy of a layer starts from its first holder's state, as DDP makes its replicas: frozen weights too
-        # (ranks that built or loaded them apart would otherwise compute apart), and buffers.
+        # (ranks that built or loaded them apart would otherwise compute apart; a frozen component has no sync
+        # group), and buffers, which with broadcast_buffers it takes again at each step.
         self.broadcast_buffers = broadcast_buffers
-        for g, group in enumerate(p.sync_groups):
-            if self.groups[g] is not None:
-                broadcast_from([*self._layer_tensors(g, "parameters"), *self._layer_tensors(g, "buffers")],
-                               min(group.devices), self.groups[g])
+        self._copies = self._make_copy_groups(
+            {tuple(sorted(g.devices)): pg for g, pg in zip(p.sync_groups, self._own_groups)})
+        for group, first, tensors, _ in self._copies:
+            broadcast_from(tensors, first, group)
 
-    def _layer_tensors(self, g: int, kind: str) -> list:
-        """Every parameter (``kind`` "parameters") or buffer ("buffers") of sync group ``g``'s layers."""
-        return [t for c, l in self.plan.sync_groups[g].layers
-                for t in getattr(self.model.components[self.component_names[c]][l], kind)()]
+    def _make_copy_groups(self, sync_groups: dict) -> list:
+        """For each set of devices that holds layers in common, on the ranks in it: (process group, first
+        holder, the layers' parameters and buffers, their buffers), the buffers listed once here as DDP lists its
+        module's. A set of devices that is a sync group's takes its process group; every rank makes the others
+        in the same order."""
+        holders: dict = {}
+        for s in self.plan.slices:
+            for layer in range(s.first_layer, s.first_layer + s.layers):
+                holders.setdefault((s.component, layer), set()).update(s.devices)
+        shared: dict = {}
+        for key, devices in sorted(holders.items()):
+            if len(devices) > 1:
+                shared.setdefault(tuple(sorted(devices)), []).append(key)
+        copies = []
+        for devices, layers in sorted(shared.items()):
+            group = sync_groups.get(devices)
+            if group is None:
+                group = dist.new_group(list(devices))
+                self._own_groups.append(group)
+            if self.rank not in devices:
+                continue
+            modules = [self.model.components[self.component_names[c]][l] for c, l in layers]
+            buffers = [b for m in modules for b in m.buffers()]
+            copies.append((group, devices[0], [*(q for m in modules for q in m.parameters()), *buffers], buffers))
+        return copies
 
     def _sync_buffers(self) -> None:
-        """Each sync group's buffers from its first holder, as DDP's ``broadcast_buffers`` before a forward."""
-        for g, group in enumerate(self.plan.sync_groups):
-            if self.groups[g] is not None:
-                buffers = self._layer_tensors(g, "buffers")
-                if buffers:
-                    broadcast_from(buffers, min(group.devices), self.groups[g])
+        """Every copy's buffers from its first holder's, as DDP's ``broadcast_buffers`` before a forward."""
+        for group, first, _, buffers in self._copies:
+            if buffers:
+                broadcast_from(buffers, first, group)
 
     def _trained(self, g: int) -> list:
         """Sync group ``g``'s parameters that take gradients now."""
@@ -370,7 +390,8 @@ class WaveRuntime:
         for g in self._own_groups:
             if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
                 dist.destroy_process_group(g)
-        self._own_groups, self.groups = [], [None] * len(self.groups)
+        # Nothing keeps a destroyed group alive: its communicator goes once the last reference does.
+        self._own_groups, self.groups, self._copies = [], [None] * len(self.groups), []
 
     def __enter__(self) -> "WaveRuntime":
         return self
@@ -401,11 +422,11 @@ class WaveRuntime:
         self.task_loss = [0.0] * len(self.tasks)
         self._earlier: list = []  # (bucket, what it held before this step)
         self._bind_gradients()
-        if self.broadcast_buffers:
-            self._sync_buffers()
         try:
             self.timeline.begin_step()
             start = time.perf_counter()
+            if self.broadcast_buffers:
+                self._sync_buffers()
             for instruction in self.plan.programs[self.rank]:
                 op = instruction[0]
                 if op == "F":
