@@ -22,3 +22,11 @@ def broadcast_from(tensors: Iterable[torch.Tensor], source: int, group) -> None:
             for t in members:
                 t.copy_(flat[at:at + t.numel()].view_as(t))
                 at += t.numel()
+
+
+def destroy_groups(groups: Iterable) -> None:
+    """Destroys the process groups a runtime made with new_group (``None`` and groups this rank is not in are
+    skipped). Call on every rank, in the order they were made."""
+    for g in groups:
+        if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
+            dist.destroy_process_group(g)

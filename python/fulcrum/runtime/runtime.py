@@ -24,7 +24,7 @@ from fulcrum.runtime.device import device_of
 from fulcrum.runtime.encoder import EncoderStage
 from fulcrum.runtime.executor import ScheduleExecutor
 from fulcrum.runtime.plan import PlanSource, RuntimePlan
-from fulcrum.runtime.replicas import broadcast_from
+from fulcrum.runtime.replicas import broadcast_from, destroy_groups
 from fulcrum.runtime.stage import StageModule
 from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, Event, Timeline
 
@@ -274,9 +274,7 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        for g in self._own_groups:
-            if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
-                dist.destroy_process_group(g)
+        destroy_groups(self._own_groups)
         # Nothing keeps a destroyed group alive: its communicator goes once the last reference does (DDP, the
         # pipelining stage and schedule, the executor each hold one).
         self._own_groups, self._replica_buffers = [], []

@@ -27,7 +27,7 @@ from fulcrum.runtime.coverage import warn_parameters_outside
 from fulcrum.runtime.device import device_of
 from fulcrum.runtime.executor import _HEADER, _buffers, message_parts
 from fulcrum.runtime.plan import read_schedule
-from fulcrum.runtime.replicas import broadcast_from
+from fulcrum.runtime.replicas import broadcast_from, destroy_groups
 from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
 
 
@@ -387,9 +387,7 @@ class WaveRuntime:
         if self._closed:
             return
         self._closed = True
-        for g in self._own_groups:
-            if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
-                dist.destroy_process_group(g)
+        destroy_groups(self._own_groups)
         # Nothing keeps a destroyed group alive: its communicator goes once the last reference does.
         self._own_groups, self.groups, self._copies = [], [None] * len(self.groups), []
 
