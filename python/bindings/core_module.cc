@@ -234,7 +234,9 @@ PYBIND11_MODULE(_core, m) {
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset",
                                                 "Per-sample lengths of a training set, column by column.")
       .def_static("load", &load, py::arg("path"), py::arg("root") = ".", py::arg("strict") = false,
-                  "Reads a length file (JSON array, JSON Lines, CSV) or an InternVL-style meta index.")
+                  "Reads a length file (JSON array, JSON Lines, CSV) or an InternVL-style meta index. As the CLI does, "
+                  "a meta index entry whose length file is missing is skipped with a warning unless strict=True "
+                  "(BalancedBatchSampler, given a path, is strict by default).")
       .def_static("from_arrays", &dataset_from_arrays, py::arg("tokens"), py::arg("vision") = py::none(),
                   py::arg("images") = py::none(), py::arg("vision_unit") = "tiles")
       .def("__len__", &Dataset::size)

@@ -21,10 +21,19 @@ __all__ = [
 ]
 
 
+_SUBMODULES = ("megatron", "profile", "runtime")
+
+
 def __getattr__(name):
-    # The DataLoader helper imports torch, so it loads only when asked for (and stays out of __all__).
+    # The DataLoader helper and the submodules that import torch load only when asked for, so that
+    # ``fulcrum.megatron.recompute_num_layers(...)`` works after a plain ``import fulcrum`` without it costing
+    # every import torch's start-up (they stay out of __all__).
     if name == "balanced_loader":
         from fulcrum.loader import balanced_loader
 
         return balanced_loader
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"fulcrum.{name}")
     raise AttributeError(f"module 'fulcrum' has no attribute {name!r}")

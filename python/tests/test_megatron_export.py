@@ -29,3 +29,21 @@ def test_layers_that_are_not_blocks_do_not_count():
 def test_a_rank_outside_the_plan_is_refused():
     with pytest.raises(ValueError):
         recompute_num_layers(plan(2, 1, [[0, 1], [1, 2]], [["none", 2]]), 2)
+
+
+def test_the_module_is_reachable_after_a_plain_import_of_the_package():
+    # The docs call fulcrum.megatron.recompute_num_layers(...) after `import fulcrum`; a fresh interpreter shows
+    # whether the package loads its submodules when asked (this test process may already hold them).
+    import subprocess
+    import sys
+
+    code = ("import fulcrum\n"
+            "assert 'fulcrum.megatron' not in __import__('sys').modules\n"
+            "print(fulcrum.megatron.recompute_num_layers.__name__, fulcrum.runtime.__name__,"
+            " fulcrum.profile.__name__)\n"
+            "try:\n"
+            "    fulcrum.no_such_thing\n"
+            "except AttributeError:\n"
+            "    print('refused')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["recompute_num_layers", "fulcrum.runtime", "fulcrum.profile", "refused"]

@@ -204,6 +204,8 @@ def test_a_trace_of_something_else_is_refused_and_leaves_no_file(tmp_path):
     path = tmp_path / "trace.json"
     with pytest.raises(TypeError, match=r"\(rank, events\) pairs"):
         fr.write_chrome_trace(path, timeline.current, "one rank")  # the events without their rank
+    with pytest.raises(TypeError, match=r"not its Timeline"):
+        fr.write_chrome_trace(path, [(0, timeline)], "one rank")  # runtime.timeline itself
     assert list(tmp_path.iterdir()) == []
     fr.write_chrome_trace(path, [(0, timeline.current)], "one rank")
     assert [e["name"] for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"] == ["F s0 mb0"]
