@@ -11,6 +11,11 @@ REPO = Path(__file__).resolve().parents[2]
 BUNDLED_INDEX = REPO / "data" / "internvl_sft_1.2M.json"
 
 
+def fulcrum_cli() -> str:
+    """The CLI the tests run: the build's (ctest sets FULCRUM_CLI to it), else build/fulcrum."""
+    return os.environ.get("FULCRUM_CLI") or str(REPO / "build" / "fulcrum")
+
+
 def random_lengths(n: int, seed: int):
     """Lengths shaped like the bundled data: 0–6 tiles, a few hundred to a few thousand tokens."""
     rng = np.random.default_rng(seed)

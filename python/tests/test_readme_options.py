@@ -2,14 +2,14 @@
 named in that command's section, and each option an option table gives is one the command takes. (A flag that was
 renamed or removed, or added without a word, fails here instead of misleading a reader.)"""
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from conftest import REPO, fulcrum_cli
+
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 # Each command's part of the README: from the first marker to the next.
@@ -32,7 +32,7 @@ def section(command: str) -> str:
 
 
 def help_options(command: str) -> set[str]:
-    cli = os.environ.get("FULCRUM_CLI") or str(REPO / "build" / "fulcrum")
+    cli = fulcrum_cli()
     assert Path(cli).exists(), f"{cli}: build the CLI first"
     done = subprocess.run([cli, command, "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -3,7 +3,6 @@ checked for every section and a timeline row per pipeline rank, its screenshot c
 file checked by an HTML validator (tidy)."""
 
 import json
-import os
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, fulcrum_cli
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--hide-scrollbars"]
@@ -27,7 +26,7 @@ def tool(name: str) -> str:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo")
-    cli = os.environ.get("FULCRUM_CLI") or str(REPO / "build" / "fulcrum")
+    cli = fulcrum_cli()
     done = subprocess.run([str(REPO / "scripts" / "demo-report"), cli, str(out)], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]

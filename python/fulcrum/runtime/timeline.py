@@ -90,8 +90,8 @@ def write_chrome_trace(path: Union[str, os.PathLike], per_rank: Iterable[tuple[i
             raise TypeError(f"write_chrome_trace takes (rank, events) pairs, e.g. [(rank, timeline.current)]; got "
                             f"{type(item).__name__}")
         if isinstance(item[1], Timeline):
-            raise TypeError(f"write_chrome_trace takes each rank's events, not its Timeline: pass "
-                            f"(rank, timeline.current), or timeline.steps[k] for step k")
+            raise TypeError("write_chrome_trace takes each rank's events, not its Timeline: pass "
+                            "(rank, timeline.current), or timeline.steps[k] for step k")
     trace = chrome_trace(per_rank, title, iteration_seconds)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
