@@ -105,6 +105,19 @@ double ScalabilityCurve::devices_for(double seconds) const {
   return std::numeric_limits<double>::infinity();
 }
 
+LayerWork metaop_work(const MetaOp& op, int dp, int tp, bool trainable, Dtype dtype) {
+  const int64_t sequences = op.sequences / dp;
+  LayerWork w;
+  w.layer = &op.layer;
+  w.batch = {sequences, sequences * op.tokens, sequences * op.tokens * op.tokens};
+  w.sharding.tp = tp;
+  w.sharding.sequence_parallel = tp > 1;
+  w.trainable = trainable;
+  w.dtype = dtype;
+  w.pass = Pass::kForward;
+  return w;
+}
+
 ScalabilityCurve metaop_curve(const MetaOp& op, const ComponentSpec& component, const CostModel& cost,
                               const ClusterSpec& cluster, int max_devices, const CurveOptions& options) {
   const Dtype dtype = options.dtype;
@@ -123,15 +136,7 @@ ScalabilityCurve metaop_curve(const MetaOp& op, const ComponentSpec& component, 
            std::max(1, options.sharers);
   };
   auto compute_on = [&](int dp, int tp) {
-    const int64_t sequences = op.sequences / dp;
-    LayerWork w;
-    w.layer = &op.layer;
-    w.batch = {sequences, sequences * op.tokens, sequences * op.tokens * op.tokens};
-    w.sharding.tp = tp;
-    w.sharding.sequence_parallel = tp > 1;
-    w.trainable = component.trainable;
-    w.dtype = dtype;
-    w.pass = Pass::kForward;
+    const LayerWork w = metaop_work(op, dp, tp, component.trainable, dtype);
     double s = cost.layer_cost(w).seconds;
     if (component.trainable) s += backward_cost(cost, w).seconds;
     return s * static_cast<double>(op.micro_batches);

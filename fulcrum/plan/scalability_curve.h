@@ -80,6 +80,10 @@ struct CurveOptions {
   int min_tp = 1;
 };
 
+// One of `op`'s operators, forward, on one device of a split of its sequences over `dp` copies, each split `tp`
+// ways by tensor parallelism (sequence parallel with it). The layer is `op`'s, so the work lives no longer than it.
+LayerWork metaop_work(const MetaOp& op, int dp, int tp, bool trainable, Dtype dtype);
+
 // T_m(n) from the cost model for n up to `max_devices`: every (dp, tp) split, the fastest kept for each n.
 // A trained component's operators run forward and backward; a frozen one's forward only. A trained operator on
 // dp > 1 copies also carries its share of its gradients' all-reduce over them (1/tp of the layer's parameters

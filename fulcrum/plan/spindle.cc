@@ -17,6 +17,7 @@
 #include "fulcrum/cost/reshard_cost.h"
 #include "fulcrum/cost/dtype.h"
 #include "fulcrum/plan/configuration_program.h"
+#include "fulcrum/sched/pipeline_schedules.h"
 
 namespace fulcrum {
 namespace {
@@ -623,6 +624,45 @@ PlacedSlice whole_metaop(const MultitaskPlan& plan, int m, const CurvePoint& poi
 
 BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves) {
   return estimate_with(in, g, waves, sync_groups_of(in, g, waves));
+}
+
+BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& g, const std::vector<PlannedWave>& waves,
+                             const std::vector<Recompute>& layer_recompute) {
+  check_inputs(in);
+  const ModelSpec& model = in.graph->model;
+  if (static_cast<int64_t>(layer_recompute.size()) != flattened_layers(model)) {
+    throw InputError(fmt::format("{} recomputation modes for the model's {} layers", layer_recompute.size(),
+                                 flattened_layers(model)));
+  }
+  std::vector<int64_t> first_of(model.components.size() + 1, 0);  // each component's first flattened layer
+  for (size_t c = 0; c < model.components.size(); ++c) {
+    first_of[c + 1] = first_of[c] + static_cast<int64_t>(model.components[c].layers.size());
+  }
+  std::vector<PlannedWave> recomputing = waves;
+  for (PlannedWave& w : recomputing) {
+    for (PlacedSlice& s : w.slices) {
+      const MetaOp& op = g.ops.at(static_cast<size_t>(s.metaop));
+      // A MetaOp's operators are one layer repeated: its recomputation in each mode, priced once.
+      LayerWork work = metaop_work(op, s.dp, s.tp, model.components[op.component].trainable, in.dtype);
+      work.pass = Pass::kRecompute;
+      std::map<Recompute, double> seconds_of;
+      for (int64_t l = op.first_layer + s.first_layer; l < op.first_layer + s.first_layer + s.layers; ++l) {
+        const Recompute r = layer_recompute[static_cast<size_t>(first_of[op.component] + l)];
+        if (r == Recompute::kNone) continue;
+        auto [it, added] = seconds_of.emplace(r, 0.0);
+        if (added) {
+          work.recompute = r;
+          it->second = in.cost->layer_cost(work).seconds * static_cast<double>(op.micro_batches);
+        }
+        s.seconds += it->second;
+      }
+    }
+  }
+  const BaselineTimes without = estimate_waves(in, g, waves);
+  BaselineTimes with = estimate_waves(in, g, recomputing);
+  with.makespan_seconds = without.makespan_seconds;
+  with.recompute_seconds = with.compute_seconds - without.compute_seconds;
+  return with;
 }
 
 std::vector<PlannedWave> sequential_waves(const MultitaskInputs& in, const MultitaskPlan& plan) {

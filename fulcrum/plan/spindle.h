@@ -159,6 +159,7 @@ struct BaselineTimes {
   double transfer_seconds = 0;
   double gradient_sync_seconds = 0;
   double iteration_seconds = 0;
+  double recompute_seconds = 0;  // of compute_seconds: the blocks' recomputation, where it is asked for
 };
 struct MultitaskBaselines {
   BaselineTimes sequential;
@@ -170,6 +171,13 @@ MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const Multitas
 // device runs its slices of a wave one after another), with the transfers and what of the sync groups'
 // all-reduces outlasts the backward waves (each wave's backward taken as two thirds of its compute).
 BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves);
+// The same with the layers recomputed as `layer_recompute` says (a mode per flattened layer, as waves_schedule
+// takes them): each slice's compute carries its layers' recomputation before their backward, priced by the cost
+// model as the simulator prices it, so the estimate of an arrangement that memory makes recompute is not short by
+// that. `makespan_seconds` stays in the curves' terms (the bound's); `recompute_seconds` is what was added to the
+// compute. InputError when there is not one mode per layer.
+BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves,
+                             const std::vector<Recompute>& layer_recompute);
 
 }  // namespace fulcrum
 

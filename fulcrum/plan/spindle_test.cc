@@ -304,6 +304,54 @@ TEST(Spindle, ALongWaveIsCutSoItsGradientsAllReduceUnderItsOwnBackward) {
   EXPECT_EQ(cut_for_gradient_overlap(in, g, brief).size(), 1u);
 }
 
+// An arrangement that memory makes recompute runs each recomputed block's forward again before its backward: the
+// estimate carries it. Each MetaOp alone in its wave on all the devices (sequential), so the added compute is the
+// sum over slices of their recomputed layers' forward (full recomputation, the same kernels as the forward) on
+// the slice's share of the sequences; selective recomputation adds its attention core only, which is less; no
+// recomputation leaves the estimate as it was; and the bound's makespan never moves.
+TEST(Spindle, TheEstimateCarriesTheRecomputationOfTheBlocks) {
+  const TaskGraph graph = two_tasks();
+  const ClusterSpec cluster = cluster_preset("a800:8");
+  const AnalyticCost cost(cluster);
+  MultitaskInputs in{&graph, &cluster, &cost, cost.efficiency()};
+  const MultitaskPlan plan = plan_multitask(in);
+  const std::vector<PlannedWave> waves = sequential_waves(in, plan);
+  const BaselineTimes plain = estimate_waves(in, plan.graph, waves);
+  const ModelSpec& model = graph.model;
+  auto modes = [&](Recompute r) {
+    std::vector<Recompute> out;
+    for (const ComponentSpec& c : model.components) {
+      for (const LayerSpec& l : c.layers) out.push_back(l.kind == LayerKind::kTransformerBlock ? r : Recompute::kNone);
+    }
+    return out;
+  };
+  const BaselineTimes none = estimate_waves(in, plan.graph, waves, modes(Recompute::kNone));
+  EXPECT_DOUBLE_EQ(none.iteration_seconds, plain.iteration_seconds);
+  EXPECT_EQ(none.recompute_seconds, 0);
+
+  double forwards = 0;
+  for (const PlannedWave& w : waves) {
+    ASSERT_EQ(w.slices.size(), 1u);
+    const PlacedSlice& s = w.slices[0];
+    const MetaOp& op = plan.graph.ops[s.metaop];
+    ASSERT_EQ(op.layer.kind, LayerKind::kTransformerBlock);
+    const LayerWork work = metaop_work(op, s.dp, s.tp, true, Dtype::kBf16);  // a forward pass
+    forwards += static_cast<double>(s.layers * op.micro_batches) * cost.layer_cost(work).seconds;
+  }
+  ASSERT_GT(forwards, 0);
+  const BaselineTimes full = estimate_waves(in, plan.graph, waves, modes(Recompute::kFull));
+  EXPECT_NEAR(full.recompute_seconds, forwards, 1e-9 * forwards);
+  EXPECT_NEAR(full.compute_seconds, plain.compute_seconds + forwards, 1e-9 * forwards);
+  EXPECT_GT(full.iteration_seconds, plain.iteration_seconds);
+  EXPECT_DOUBLE_EQ(full.makespan_seconds, plain.makespan_seconds);
+
+  const BaselineTimes selective = estimate_waves(in, plan.graph, waves, modes(Recompute::kSelective));
+  EXPECT_GT(selective.recompute_seconds, 0);
+  EXPECT_LT(selective.recompute_seconds, full.recompute_seconds);
+
+  EXPECT_THROW(estimate_waves(in, plan.graph, waves, std::vector<Recompute>(2, Recompute::kFull)), InputError);
+}
+
 // A tower that shrinks from 8 devices to 4 keeps half of its own, where its activations are, though a wider slice
 // with nothing to fetch (the other task's tower) comes first by size: on another node the tower's new devices would
 // take a quarter of the batch each over the network.
