@@ -69,7 +69,7 @@ TEST_F(Cli, BadInputTable) {
   const std::string ok = R"([{"vit_num": 5, "token_num": 811, "image_flags": 5}, {"vit_num": 1, "token_num": 300}])";
   const BadCase cases[] = {
       {"malformed_json", R"([{"vit_num": 5, "token_num": 811)", "batch --data {file} --dp 2 --out {out}",
-       "malformed JSON"},
+       "record 0: malformed JSON: the file ends inside the record (byte 32)"},
       {"missing_field", R"([{"vit_num": 5, "token_num": 811}, {"vit_num": 1}])", "batch --data {file} --dp 2 --out {out}",
        "record 1: missing field token_num"},
       {"non_integer", R"([{"vit_num": 5.5, "token_num": 811}])", "batch --data {file} --dp 2 --out {out}",

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
@@ -108,16 +110,75 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
   }
 }
 
+// Refuses a JSON array that simdjson refused as a whole (a truncated file, a bracket left open) with the record it
+// goes wrong in and the byte, found by a second pass through nlohmann's SAX parser, which stops at the first error
+// and builds nothing: "record 3: malformed JSON at byte 120 (why)", "record 3: malformed JSON: the file ends inside
+// the record (byte 130)", without the record where the error lies outside every record, and with simdjson's reason
+// alone where that parser finds nothing wrong. Run only once the file is known to be bad.
+class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  [[noreturn]] static void refuse(std::string_view text, const std::string& file, simdjson::error_code error) {
+    JsonArrayRefusal place;
+    nlohmann::json::sax_parse(text, &place);
+    if (!place.byte_) throw InputError(fmt::format("{}: malformed JSON ({})", file, json_error_text(error)));
+    // A record is an element of the top-level array: depth 2 or more is inside one.
+    const bool in_record = place.depth_ >= 2;
+    const std::string record = in_record ? fmt::format("record {}: ", place.records_) : "";
+    if (*place.byte_ > text.size()) {  // the parser counts the end of the input as one more byte
+      throw InputError(fmt::format("{}: {}malformed JSON: the file ends inside the {} (byte {})", file, record,
+                                   in_record ? "record" : place.depth_ == 1 ? "array" : "document", text.size()));
+    }
+    throw InputError(
+        fmt::format("{}: {}malformed JSON at byte {} ({})", file, record, *place.byte_, json_error_text(error)));
+  }
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t byte, const std::string&, const nlohmann::json::exception&) override {
+    byte_ = byte;
+    return false;
+  }
+
+ private:
+  bool value() {
+    records_ += depth_ == 1;  // a bare value as a record
+    return true;
+  }
+  bool open() {
+    ++depth_;
+    return true;
+  }
+  bool close() {
+    --depth_;
+    records_ += depth_ == 1;
+    return true;
+  }
+
+  int64_t depth_ = 0;
+  uint64_t records_ = 0;  // complete ones
+  std::optional<size_t> byte_;
+};
+
 void parse_json_array(std::string_view text, const std::string& file, RecordSink& sink) {
   od::parser parser;
   od::document doc;
   if (auto error = parser.iterate(text.data(), text.size(), text.size() + simdjson::SIMDJSON_PADDING).get(doc)) {
-    throw InputError(fmt::format("{}: malformed JSON ({})", file, json_error_text(error)));
+    JsonArrayRefusal::refuse(text, file, error);
   }
   od::array array;
   if (auto error = doc.get_array().get(array)) {
     if (error == simdjson::INCORRECT_TYPE) throw InputError(fmt::format("{}: expected a JSON array of records", file));
-    throw InputError(fmt::format("{}: malformed JSON ({})", file, json_error_text(error)));
+    JsonArrayRefusal::refuse(text, file, error);
   }
   RecordFields fields;
   uint64_t index = 0;

@@ -90,9 +90,14 @@ TEST_P(LengthFileBadInput, OneClearErrorNamingFileAndRecord) {
 INSTANTIATE_TEST_SUITE_P(
     Table, LengthFileBadInput,
     ::testing::Values(
-        BadInput{"malformed", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 3)", "malformed JSON"},
+        BadInput{"malformed", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 3)",
+                 "record 0: malformed JSON: the file ends inside the record (byte 30)"},
+        // A file cut short fails as a whole before any record is read: the record and byte are still named.
         BadInput{"truncated_file", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 30}, {"vit_num": )",
-                 "malformed JSON"},
+                 "record 1: malformed JSON: the file ends inside the record (byte 46)"},
+        BadInput{"unclosed_array", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 30}, )",
+                 "f.json: malformed JSON: the file ends inside the array (byte 34)"},
+
         BadInput{"bad_value", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 30}, {"vit_num": tru}])",
                  "record 1"},
         BadInput{"not_array", LengthFormat::kJsonArray, R"("hello")", "expected a JSON array"},
