@@ -122,7 +122,8 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
       {"global batch", fmt::format("{} samples, {} steps per epoch", p.gbs, p.steps_per_epoch)},
       {"strategy", p.strategy},
       {"configuration", p.configuration},
-      {"layout", fmt::format("{} stages over {} pipeline ranks{}", l.stages(), l.pp,
+      {"layout", fmt::format("{} stage{} over {} pipeline rank{}{}", l.stages(), l.stages() == 1 ? "" : "s", l.pp,
+                             l.pp == 1 ? "" : "s",
                              l.encoder_tp > 0 ? fmt::format(", encoder TP {}", l.encoder_tp) : std::string())},
       {"recomputation", p.recompute},
       {"iteration", fmt::format("{} (the mean over the simulated steps); the first step, shown here: {}",
@@ -138,8 +139,8 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
   if (!p.profile.empty()) r.summary.push_back({"profile", p.profile});
   if (p.schedule.encoder.present()) {
     const EncoderSection& e = p.schedule.encoder;
-    std::string text = fmt::format("DP {} PP {} TP {}, {} encoder pipelines per LLM pipeline", e.dp, e.pp, e.tp,
-                                   e.pipelines);
+    std::string text = fmt::format("DP {} PP {} TP {}, {} encoder pipeline{} per LLM pipeline", e.dp, e.pp, e.tp,
+                                   e.pipelines, e.pipelines == 1 ? "" : "s");
     if (p.efficiency_fine) text += fmt::format("; {:.0f}% of their compute in the LLM's bubbles", 100 * *p.efficiency_fine);
     r.summary.push_back({"encoders in bubbles", text});
   }

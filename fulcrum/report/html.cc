@@ -34,7 +34,8 @@ std::string svg_number(double value, int decimals) {
 
 std::string human_seconds(double seconds) {
   const double a = std::abs(seconds);
-  if (a == 0) return "0 s";
+  // Below half a microsecond a time rounds to none (what is left of sums of doubles): "0 s", not "0 µs" or "-0 µs".
+  if (a < 0.5e-6) return "0 s";
   if (a < 1e-3) return fmt::format("{:.0f} µs", seconds * 1e6);
   if (a < 1) return fmt::format("{:.{}f} ms", seconds * 1e3, a < 0.01 ? 2 : 1);
   if (a < 120) return fmt::format("{:.{}f} s", seconds, a < 10 ? 3 : 1);

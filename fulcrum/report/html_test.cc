@@ -16,6 +16,9 @@ TEST(Html, NumbersAndUnitsAsPeopleReadThem) {
   EXPECT_EQ(svg_number(-0.001), "0");
   EXPECT_EQ(svg_number(1.23456, 3), "1.235");
   EXPECT_EQ(human_seconds(0), "0 s");
+  EXPECT_EQ(human_seconds(3e-12), "0 s");
+  EXPECT_EQ(human_seconds(-3e-12), "0 s");
+  EXPECT_EQ(human_seconds(0.6e-6), "1 µs");
   EXPECT_EQ(human_seconds(812e-6), "812 µs");
   EXPECT_EQ(human_seconds(0.0431), "43.1 ms");
   EXPECT_EQ(human_seconds(0.00431), "4.31 ms");
