@@ -152,7 +152,12 @@ class Planner {
     Progress progress(fmt::format("planning ({})", recipe_.name),
                       static_cast<int64_t>(configs.size()) + kFinalists, r_.progress);
     parallel_for(configs.size(), [&](size_t i) {
-      outcomes[i] = evaluate(configs[i], true);
+      Outcome o = evaluate(configs[i], true);
+      // Screening ranks by epoch time alone and the finalists are evaluated again whole: the schedule and the
+      // simulation's detail (per simulated device) would only hold memory, hundreds of candidates of it.
+      o.plan.schedule = Schedule{};
+      o.plan.detail = SimResult{};
+      outcomes[i] = std::move(o);
       progress.advance();
     });
     int feasible = 0;

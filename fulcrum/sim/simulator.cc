@@ -195,16 +195,25 @@ struct PassPriceMemo::Key {
 struct PassPriceMemo::Table {
   std::vector<ClassCost> costs;
   std::vector<uint8_t> priced;
+  size_t bytes() const { return costs.capacity() * sizeof(ClassCost) + priced.capacity(); }
 };
 
 struct PassPriceMemo::Impl {
   size_t max_tables = 0;
-  std::mutex mutex;
+  size_t max_bytes = 0;
+  size_t bytes = 0;  // of the tables held
+  mutable std::mutex mutex;
   std::list<std::pair<Key, std::unique_ptr<Table>>> tables;  // most recently put first
+
+  void drop_last() {
+    bytes -= tables.back().second->bytes();
+    tables.pop_back();
+  }
 };
 
-PassPriceMemo::PassPriceMemo(size_t max_tables) : impl_(std::make_unique<Impl>()) {
+PassPriceMemo::PassPriceMemo(size_t max_tables, size_t max_bytes) : impl_(std::make_unique<Impl>()) {
   impl_->max_tables = std::max<size_t>(1, max_tables);
+  impl_->max_bytes = max_bytes;
 }
 
 PassPriceMemo::~PassPriceMemo() = default;
@@ -214,6 +223,7 @@ std::unique_ptr<PassPriceMemo::Table> PassPriceMemo::take(const Key& key) {
   for (auto it = impl_->tables.begin(); it != impl_->tables.end(); ++it) {
     if (it->first == key) {
       std::unique_ptr<Table> table = std::move(it->second);
+      impl_->bytes -= table->bytes();
       impl_->tables.erase(it);
       return table;
     }
@@ -224,9 +234,30 @@ std::unique_ptr<PassPriceMemo::Table> PassPriceMemo::take(const Key& key) {
 void PassPriceMemo::put(const Key& key, std::unique_ptr<Table> table) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   // Another simulation of the same step may have put its own back meanwhile: the later one replaces it.
-  impl_->tables.remove_if([&](const auto& entry) { return entry.first == key; });
+  for (auto it = impl_->tables.begin(); it != impl_->tables.end();) {
+    if (it->first == key) {
+      impl_->bytes -= it->second->bytes();
+      it = impl_->tables.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  impl_->bytes += table->bytes();
   impl_->tables.emplace_front(key, std::move(table));
-  while (impl_->tables.size() > impl_->max_tables) impl_->tables.pop_back();
+  while (impl_->tables.size() > 1 &&
+         (impl_->tables.size() > impl_->max_tables || impl_->bytes > impl_->max_bytes)) {
+    impl_->drop_last();
+  }
+}
+
+size_t PassPriceMemo::tables() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->tables.size();
+}
+
+size_t PassPriceMemo::bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->bytes;
 }
 
 namespace {

@@ -71,11 +71,12 @@ struct SimOptions {
 // recomputation) on each sampled step, and a pass's price depends only on the micro-batch, the layer, its
 // sharding and the number format, not on the stage it lands in. Keyed by the addresses of the step, the model and
 // the cost model, so they must stay alive and unchanged while the memo is in use. Holds the `max_tables` most
-// recently used (step, sharding) tables. Safe to share between threads: a simulation takes a table out while it
-// runs and puts it back.
+// recently used (step, sharding) tables, fewer when they would take more than `max_bytes` together (a table grows
+// with the step's micro-batches: tens of MB each on tens of thousands of devices), always the last one put.
+// Safe to share between threads: a simulation takes a table out while it runs and puts it back.
 class PassPriceMemo {
  public:
-  explicit PassPriceMemo(size_t max_tables = 64);
+  explicit PassPriceMemo(size_t max_tables = 64, size_t max_bytes = size_t{512} << 20);
   ~PassPriceMemo();
   PassPriceMemo(const PassPriceMemo&) = delete;
   PassPriceMemo& operator=(const PassPriceMemo&) = delete;
@@ -85,6 +86,9 @@ class PassPriceMemo {
   // The table for `key` (empty when none is kept), no longer in the memo until put back.
   std::unique_ptr<Table> take(const Key& key);
   void put(const Key& key, std::unique_ptr<Table> table);
+  // The tables held and their bytes.
+  size_t tables() const;
+  size_t bytes() const;
 
  private:
   struct Impl;

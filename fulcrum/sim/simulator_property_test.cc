@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <tuple>
@@ -163,6 +164,48 @@ TEST(SimulatorProperties, APassPriceMemoChangesNoResult) {
       EXPECT_EQ(memoized.oom, plain.oom);
     }
   }
+}
+
+// The memo holds no more than its bytes allow (a table grows with a step's micro-batches: on tens of thousands of
+// devices 64 of them held gigabytes), always the last table put, and the results stay what they were.
+TEST(SimulatorProperties, APassPriceMemoKeepsWithinItsBytes) {
+  const ModelSpec model = model_preset("vit-3b+gpt-11b");
+  std::mt19937_64 rng(20261128);
+  std::deque<RandomPlan> plans;  // alive while the memo may hold their addresses
+  std::vector<std::unique_ptr<AnalyticCost>> costs;
+  for (int k = 0; k < 12; ++k) {
+    plans.push_back(random_plan(model, rng));
+    costs.push_back(std::make_unique<AnalyticCost>(plans.back().cluster));
+  }
+  // One table's bytes, from a memo without a byte bound.
+  PassPriceMemo unbounded(64, SIZE_MAX);
+  SimOptions options;
+  options.memo = &unbounded;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    simulate(plans[k].schedule, model, plans[k].cluster, *costs[k], costs[k]->efficiency(), plans[k].loads, options);
+  }
+  ASSERT_EQ(unbounded.tables(), plans.size());
+  const size_t all = unbounded.bytes();
+  ASSERT_GT(all, 0u);
+  const size_t cap = all / 3;
+  PassPriceMemo bounded(64, cap);
+  options.memo = &bounded;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const RandomPlan& p = plans[k];
+    SCOPED_TRACE(p.description);
+    const SimResult memoized = simulate(p.schedule, model, p.cluster, *costs[k], costs[k]->efficiency(), p.loads, options);
+    EXPECT_GE(bounded.tables(), 1u);
+    EXPECT_TRUE(bounded.bytes() <= cap || bounded.tables() == 1) << bounded.bytes() << " bytes in " << bounded.tables();
+    const SimResult plain = simulate(p.schedule, model, p.cluster, *costs[k], costs[k]->efficiency(), p.loads);
+    EXPECT_EQ(memoized.iteration_seconds, plain.iteration_seconds);
+    EXPECT_EQ(memoized.peak_memory_bytes, plain.peak_memory_bytes);
+  }
+  EXPECT_LT(bounded.tables(), plans.size());
+  // Nothing bounds a memo of one table: the last put stays, however large.
+  PassPriceMemo tiny(64, 1);
+  options.memo = &tiny;
+  simulate(plans[0].schedule, model, plans[0].cluster, *costs[0], costs[0]->efficiency(), plans[0].loads, options);
+  EXPECT_EQ(tiny.tables(), 1u);
 }
 
 }  // namespace
