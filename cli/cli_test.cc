@@ -1108,8 +1108,20 @@ TEST_F(Cli, MultitaskEstimateCarriesTheRecomputationMemoryCallsFor) {
   const double estimate = j["estimate"]["iteration_seconds"].get<double>();
   EXPECT_GT(j["estimate"]["recompute_seconds"].get<double>(), 0.05 * simulated);
   EXPECT_NEAR(estimate, simulated, 0.05 * simulated);
+  EXPECT_EQ(j["compute_seconds"], j["estimate"]["compute_seconds"]);
+  // Every estimate, the plan's and each baseline's, is its compute, transfers and exposed gradient all-reduces.
+  auto expect_whole = [](const nlohmann::json& e, const char* of) {
+    EXPECT_NEAR(e["iteration_seconds"].get<double>(),
+                e["compute_seconds"].get<double>() + e["transfer_seconds"].get<double>() +
+                    e["gradient_sync_seconds"].get<double>(),
+                1e-9 * e["iteration_seconds"].get<double>())
+        << of;
+    EXPECT_LT(e["recompute_seconds"].get<double>(), e["compute_seconds"].get<double>()) << of;
+  };
+  expect_whole(j["estimate"], "plan");
   for (const char* b : {"sequential", "per_task", "task_greedy"}) {
     const auto& baseline = j["baselines"][b];
+    expect_whole(baseline["estimate"], b);
     if (baseline["recompute"] == "none") {
       EXPECT_EQ(baseline["estimate"]["recompute_seconds"].get<double>(), 0) << b;
     } else {

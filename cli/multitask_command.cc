@@ -97,6 +97,15 @@ double peak_bytes(const SimResult& r) {
   return most;
 }
 
+// The planner's estimate of an arrangement (estimate_waves), recomputation included where it recomputes.
+Json estimate_json(const BaselineTimes& e) {
+  return {{"iteration_seconds", e.iteration_seconds},
+          {"compute_seconds", e.compute_seconds},
+          {"recompute_seconds", e.recompute_seconds},
+          {"transfer_seconds", e.transfer_seconds},
+          {"gradient_sync_seconds", e.gradient_sync_seconds}};
+}
+
 Json timed_json(const Timed& t) {
   return {{"iteration_seconds", t.simulated.iteration_seconds},
           {"mfu", t.simulated.mfu},
@@ -104,10 +113,7 @@ Json timed_json(const Timed& t) {
           {"fits", !t.simulated.oom},
           {"recompute", recompute_label(t)},
           {"recompute_full_share", full_share(t)},
-          {"estimate", {{"iteration_seconds", t.estimate.iteration_seconds},
-                        {"compute_seconds", t.estimate.compute_seconds},
-                        {"recompute_seconds", t.estimate.recompute_seconds},
-                        {"gradient_sync_seconds", t.estimate.gradient_sync_seconds}}}};
+          {"estimate", estimate_json(t.estimate)}};
 }
 
 // --load-schedule: a schedule written by --save-schedule (or by hand) timed by the simulator on these tasks,
@@ -471,11 +477,7 @@ void run(const MultitaskOptions& o) {
                    {"fits", !simulated.oom},
                    {"recompute", recompute_label(chosen)},
                    {"recompute_full_share", full_share(chosen)},
-                   {"estimate",
-                    {{"iteration_seconds", chosen.estimate.iteration_seconds},
-                     {"recompute_seconds", chosen.estimate.recompute_seconds},
-                     {"transfer_seconds", chosen.estimate.transfer_seconds},
-                     {"gradient_sync_seconds", chosen.estimate.gradient_sync_seconds}}},
+                   {"estimate", estimate_json(chosen.estimate)},
                    {"levels", levels},
                    {"waves", waves},
                    {"sync_groups", groups},

@@ -315,21 +315,27 @@ void place_waves(const MultitaskInputs& in, const MetaGraph& g, std::vector<Plan
 
 namespace {
 
+// One wave's compute on its busiest device: all of it, and the part its backward wave takes (recomputation and
+// two thirds of the rest).
+struct WaveCompute {
+  double seconds = 0;
+  double backward_seconds = 0;
+};
+
 // What of the groups' all-reduces outlasts the backward waves: each group starts once its backward wave is over
-// and its devices' earlier all-reduces are done (backward waves taken as two thirds of each wave's compute).
-// `exposed_waves` (when given) gets the ready waves of the groups that end after the backward waves, each with the
-// latest end of its groups.
-double exposed_gradient_sync(const MultitaskInputs& in, const std::vector<double>& wave_compute,
+// and its devices' earlier all-reduces are done. `exposed_waves` (when given) gets the ready waves of the groups
+// that end after the backward waves, each with the latest end of its groups.
+double exposed_gradient_sync(const MultitaskInputs& in, const std::vector<WaveCompute>& wave_compute,
                              const std::vector<SyncGroup>& groups,
                              std::map<int, double>* exposed_waves = nullptr) {
   const size_t waves = wave_compute.size();
   double forward = 0;
-  for (double c : wave_compute) forward += c / 3;
+  for (const WaveCompute& c : wave_compute) forward += c.seconds - c.backward_seconds;
   // backward_end[w]: when the backward of forward wave w is over.
   std::vector<double> backward_end(waves, forward);
   double now = forward;
   for (size_t k = waves; k-- > 0;) {
-    now += 2 * wave_compute[k] / 3;
+    now += wave_compute[k].backward_seconds;
     backward_end[k] = now;
   }
   std::vector<double> link_free(static_cast<size_t>(device_count(in)), 0);
@@ -450,21 +456,28 @@ BaselineTimes estimate_with(const MultitaskInputs& in, const MetaGraph& g, const
                             const std::vector<SyncGroup>& groups,
                             std::map<int, double>* exposed_waves = nullptr, double transfer_seconds = -1) {
   BaselineTimes t;
-  std::vector<double> wave_compute;
-  std::vector<double> busy(static_cast<size_t>(device_count(in)), 0), modelled(busy.size(), 0);
+  std::vector<WaveCompute> wave_compute;
+  std::vector<double> busy(static_cast<size_t>(device_count(in)), 0), modelled(busy.size(), 0),
+      recompute(busy.size(), 0);
   for (const PlannedWave& w : waves) {
-    double longest = 0, longest_modelled = 0;
+    WaveCompute longest;
+    double longest_modelled = 0;
     for (const PlacedSlice& s : w.slices) {
       for (int d : s.device_ids) {
-        longest = std::max(longest, busy.at(d) += s.seconds - s.gradient_sync_seconds);
+        busy.at(d) += s.seconds - s.gradient_sync_seconds;
+        recompute.at(d) += s.recompute_seconds;
+        if (busy[d] > longest.seconds) {
+          longest.seconds = busy[d];
+          longest.backward_seconds = recompute[d] + 2 * (busy[d] - recompute[d]) / 3;
+        }
         longest_modelled = std::max(longest_modelled, modelled.at(d) += s.seconds);
       }
     }
     for (const PlacedSlice& s : w.slices) {
-      for (int d : s.device_ids) busy[d] = modelled[d] = 0;
+      for (int d : s.device_ids) busy[d] = modelled[d] = recompute[d] = 0;
     }
     wave_compute.push_back(longest);
-    t.compute_seconds += longest;
+    t.compute_seconds += longest.seconds;
     t.makespan_seconds += longest_modelled;
   }
   t.transfer_seconds = transfer_seconds >= 0 ? transfer_seconds : transfers(in, g, waves);
@@ -491,6 +504,7 @@ std::vector<PlannedWave> cut_wave(const std::vector<PlannedWave>& waves, size_t 
       const double share = static_cast<double>(part.layers) / static_cast<double>(s.layers);
       part.seconds = s.seconds * share;
       part.gradient_sync_seconds = s.gradient_sync_seconds * share;
+      part.recompute_seconds = s.recompute_seconds * share;
       cut[static_cast<size_t>(j)].slices.push_back(std::move(part));
     }
   }
@@ -655,6 +669,7 @@ BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& g, cons
           it->second = in.cost->layer_cost(work).seconds * static_cast<double>(op.micro_batches);
         }
         s.seconds += it->second;
+        s.recompute_seconds += it->second;
       }
     }
   }

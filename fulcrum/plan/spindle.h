@@ -47,6 +47,7 @@ struct PlacedSlice {
   int64_t layers = 0;
   double seconds = 0;
   double gradient_sync_seconds = 0;  // of `seconds`: its operators' shares of their gradients' all-reduce
+  double recompute_seconds = 0;      // of `seconds`: its operators' forward again, before their backward
   int dp = 1;  // how its devices are used
   int tp = 1;
   std::vector<int> device_ids;  // sorted
@@ -169,7 +170,8 @@ struct MultitaskBaselines {
 MultitaskBaselines multitask_baselines(const MultitaskInputs& in, const MultitaskPlan& plan);
 // The planner's estimate of any arranged waves: each wave as long as its busiest device's slices' compute (a
 // device runs its slices of a wave one after another), with the transfers and what of the sync groups'
-// all-reduces outlasts the backward waves (each wave's backward taken as two thirds of its compute).
+// all-reduces outlasts the backward waves (each wave's backward taken as its recomputation and two thirds of the
+// rest of its compute).
 BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& graph, const std::vector<PlannedWave>& waves);
 // The same with the layers recomputed as `layer_recompute` says (a mode per flattened layer, as waves_schedule
 // takes them): each slice's compute carries its layers' recomputation before their backward, priced by the cost

@@ -352,6 +352,41 @@ TEST(Spindle, TheEstimateCarriesTheRecomputationOfTheBlocks) {
   EXPECT_THROW(estimate_waves(in, plan.graph, waves, std::vector<Recompute>(2, Recompute::kFull)), InputError);
 }
 
+// A light encoder before a heavy LLM, one after the other: the LLM's backward runs first, then its gradients'
+// all-reduce (the longer by far) while the encoder's backward runs. The encoder's recomputation belongs to that
+// backward, under the all-reduce: it leaves the iteration as it was (were a third of it counted in the forward,
+// the LLM's all-reduce would start and end that much later).
+TEST(Spindle, RecomputationIsPartOfTheBackwardAndHidesUnderALaterWavesAllReduce) {
+  const TaskGraph graph = task_graph_from_json(R"({"fulcrum": 1, "kind": "tasks", "name": "chain",
+  "model": {"fulcrum": 1, "name": "chain", "components": [
+    {"name": "vision", "role": "encoder", "layers": [{"kind": "transformer", "repeat": 2, "hidden": 256, "ffn": 1024, "heads": 4}]},
+    {"name": "llm", "role": "llm", "layers": [{"kind": "transformer", "repeat": 2, "hidden": 8192, "ffn": 32768, "heads": 64}]}]},
+  "tasks": [{"name": "vl", "batch": 64, "nodes": [
+      {"name": "image", "component": "vision", "tokens": 64},
+      {"name": "llm", "component": "llm", "tokens": 512, "inputs": ["image"]}]}]})",
+                                               "chain.json");
+  const ClusterSpec cluster = cluster_preset("a800:8");
+  const AnalyticCost cost(cluster);
+  MultitaskInputs in{&graph, &cluster, &cost, cost.efficiency()};
+  const MultitaskPlan plan = plan_multitask(in);
+  const std::vector<PlannedWave> waves = sequential_waves(in, plan);
+  ASSERT_EQ(waves.size(), 2u);
+  ASSERT_EQ(plan.graph.ops[waves[0].slices[0].metaop].component, 0);  // the encoder's wave first
+  const BaselineTimes plain = estimate_waves(in, plan.graph, waves);
+  std::vector<Recompute> encoder_only{Recompute::kFull, Recompute::kFull, Recompute::kNone, Recompute::kNone};
+  const BaselineTimes recomputing = estimate_waves(in, plan.graph, waves, encoder_only);
+  ASSERT_GT(recomputing.recompute_seconds, 0);
+  // The premise: the LLM's all-reduce outlasts the encoder's whole backward, recomputation included.
+  double llm_sync = 0;
+  for (const SyncGroup& g : sync_groups_of(in, plan.graph, waves)) {
+    if (g.ready_wave == 1) llm_sync += g.seconds;
+  }
+  ASSERT_GT(llm_sync, 10 * (waves[0].slices[0].seconds + recomputing.recompute_seconds));
+  EXPECT_NEAR(recomputing.compute_seconds, plain.compute_seconds + recomputing.recompute_seconds,
+              1e-12 * plain.compute_seconds);
+  EXPECT_NEAR(recomputing.iteration_seconds, plain.iteration_seconds, 1e-12 * plain.iteration_seconds);
+}
+
 // A tower that shrinks from 8 devices to 4 keeps half of its own, where its activations are, though a wider slice
 // with nothing to fetch (the other task's tower) comes first by size: on another node the tower's new devices would
 // take a quarter of the batch each over the network.
