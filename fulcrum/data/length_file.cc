@@ -111,10 +111,11 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
 }
 
 // Refuses a JSON array that simdjson refused as a whole (a truncated file, a bracket left open) with the record it
-// goes wrong in and the byte, found by a second pass through nlohmann's SAX parser, which stops at the first error
-// and builds nothing: "record 3: malformed JSON at byte 120 (why)", "record 3: malformed JSON: the file ends inside
-// the record (byte 130)", without the record where the error lies outside every record, and with simdjson's reason
-// alone where that parser finds nothing wrong. Run only once the file is known to be bad.
+// goes wrong in and the byte (counted from 0), found by a second pass through nlohmann's SAX parser, which stops
+// at the first error and builds nothing: "record 3: malformed JSON at byte 120 (why)", "record 3: malformed JSON:
+// the file ends inside the record (byte 130)", without the record where the error lies outside every record, and
+// with simdjson's reason alone where that parser finds nothing wrong. The reason given with a byte is the second
+// parser's, which found it there (the two may stop at different faults). Run only once the file is known to be bad.
 class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
  public:
   [[noreturn]] static void refuse(std::string_view text, const std::string& file, simdjson::error_code error) {
@@ -124,12 +125,14 @@ class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
     // A record is an element of the top-level array: depth 2 or more is inside one.
     const bool in_record = place.depth_ >= 2;
     const std::string record = in_record ? fmt::format("record {}: ", place.records_) : "";
-    if (*place.byte_ > text.size()) {  // the parser counts the end of the input as one more byte
+    // The parser counts bytes from 1, and the end of the input as one more.
+    const size_t byte = *place.byte_ - 1;
+    if (byte >= text.size()) {
+      if (!place.started_) throw InputError(fmt::format("{}: malformed JSON: the file holds no JSON value", file));
       throw InputError(fmt::format("{}: {}malformed JSON: the file ends inside the {} (byte {})", file, record,
                                    in_record ? "record" : place.depth_ == 1 ? "array" : "document", text.size()));
     }
-    throw InputError(
-        fmt::format("{}: {}malformed JSON at byte {} ({})", file, record, *place.byte_, json_error_text(error)));
+    throw InputError(fmt::format("{}: {}malformed JSON at byte {} ({})", file, record, byte, place.reason_));
   }
 
   bool null() override { return value(); }
@@ -144,17 +147,29 @@ class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
   bool end_object() override { return close(); }
   bool start_array(std::size_t) override { return open(); }
   bool end_array() override { return close(); }
-  bool parse_error(std::size_t byte, const std::string&, const nlohmann::json::exception&) override {
+  bool parse_error(std::size_t byte, const std::string&, const nlohmann::json::exception& e) override {
     byte_ = byte;
+    reason_ = reason_of(e.what());
     return false;
   }
 
  private:
+  // "[json.exception.parse_error.101] parse error at line 1, column 3: syntax error while parsing array - invalid
+  // literal; last read: '1}'" without the location before the reason (the byte replaces it) and the text last read
+  // after it (it can run long and hold bytes that are not UTF-8).
+  static std::string reason_of(std::string_view what) {
+    const size_t column = what.find("column ");
+    const size_t colon = what.find(": ", column == std::string_view::npos ? 0 : column);
+    if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+    return std::string(what.substr(0, what.find("; last read:")));
+  }
   bool value() {
+    started_ = true;
     records_ += depth_ == 1;  // a bare value as a record
     return true;
   }
   bool open() {
+    started_ = true;
     ++depth_;
     return true;
   }
@@ -166,7 +181,9 @@ class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
 
   int64_t depth_ = 0;
   uint64_t records_ = 0;  // complete ones
+  bool started_ = false;  // a value or container was begun
   std::optional<size_t> byte_;
+  std::string reason_;
 };
 
 void parse_json_array(std::string_view text, const std::string& file, RecordSink& sink) {

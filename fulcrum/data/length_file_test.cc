@@ -97,6 +97,18 @@ INSTANTIATE_TEST_SUITE_P(
                  "record 1: malformed JSON: the file ends inside the record (byte 46)"},
         BadInput{"unclosed_array", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 30}, )",
                  "f.json: malformed JSON: the file ends inside the array (byte 34)"},
+        // A string that is not UTF-8 in record 1.
+        BadInput{"not_utf8", LengthFormat::kJsonArray,
+                 "[{\"vit_num\": 1, \"token_num\": 30}, {\"task\": \"a\xff\", \"vit_num\": 1}]",
+                 "f.json: record 1: malformed JSON at byte 45 (syntax error while parsing value - invalid string: "
+                 "ill-formed UTF-8 byte)"},
+        // Two faults: simdjson checks the whole file's UTF-8 first and names the later one; the byte (counted from 0,
+        // as the end's is) and the reason are both the stray brace's, the first fault in reading order.
+        BadInput{"two_faults", LengthFormat::kJsonArray,
+                 "[{\"vit_num\": 1, \"token_num\": 30}, {\"vit_num\"}, {\"task\": \"a\xff\"}]",
+                 "f.json: record 1: malformed JSON at byte 44 (syntax error while parsing object separator - "
+                 "unexpected '}'; expected ':')"},
+        BadInput{"empty_json", LengthFormat::kJsonArray, " \n", "f.json: malformed JSON: the file holds no JSON value"},
 
         BadInput{"bad_value", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 30}, {"vit_num": tru}])",
                  "record 1"},
