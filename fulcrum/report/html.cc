@@ -33,14 +33,21 @@ std::string svg_number(double value, int decimals) {
 }
 
 std::string human_seconds(double seconds) {
+  // Each unit is chosen by the value as it will print (rounded half to even, as fmt prints an exact tie), so that
+  // no time reads "0 µs", "1000 µs", "1000.0 ms" or "2 min 60 s". Below half a microsecond a time rounds to none
+  // (what is left of sums of doubles): "0 s".
   const double a = std::abs(seconds);
-  // Below half a microsecond a time rounds to none (what is left of sums of doubles): "0 s", not "0 µs" or "-0 µs".
-  if (a < 0.5e-6) return "0 s";
-  if (a < 1e-3) return fmt::format("{:.0f} µs", seconds * 1e6);
-  if (a < 1) return fmt::format("{:.{}f} ms", seconds * 1e3, a < 0.01 ? 2 : 1);
-  if (a < 120) return fmt::format("{:.{}f} s", seconds, a < 10 ? 3 : 1);
-  const double minutes = std::floor(seconds / 60);
-  return fmt::format("{:.0f} min {:.0f} s", minutes, seconds - 60 * minutes);
+  if (std::nearbyint(a * 1e6) == 0) return "0 s";
+  if (seconds < 0) return "-" + human_seconds(a);
+  if (std::nearbyint(a * 1e6) < 1000) return fmt::format("{:.0f} µs", a * 1e6);
+  if (std::nearbyint(a * 1e4) < 10000) {
+    return fmt::format("{:.{}f} ms", a * 1e3, std::nearbyint(a * 1e5) < 1000 ? 2 : 1);
+  }
+  if (std::nearbyint(a * 1e3) < 10000) return fmt::format("{:.3f} s", a);
+  if (std::nearbyint(a * 10) < 1200) return fmt::format("{:.1f} s", a);
+  const double whole = std::nearbyint(a);
+  const double minutes = std::floor(whole / 60);
+  return fmt::format("{:.0f} min {:.0f} s", minutes, whole - 60 * minutes);
 }
 
 std::string human_bytes(double bytes) {

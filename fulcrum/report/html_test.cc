@@ -25,6 +25,17 @@ TEST(Html, NumbersAndUnitsAsPeopleReadThem) {
   EXPECT_EQ(human_seconds(0.5), "500.0 ms");
   EXPECT_EQ(human_seconds(3.05), "3.050 s");
   EXPECT_EQ(human_seconds(134), "2 min 14 s");
+  // Each unit by the value as printed: a tie rounds to even, nothing rounds up out of its unit.
+  EXPECT_EQ(human_seconds(0.5e-6), "0 s");
+  EXPECT_EQ(human_seconds(-0.5e-6), "0 s");
+  EXPECT_EQ(human_seconds(-812e-6), "-812 µs");
+  EXPECT_EQ(human_seconds(999.7e-6), "1.00 ms");
+  EXPECT_EQ(human_seconds(0.009996), "10.0 ms");
+  EXPECT_EQ(human_seconds(0.99996), "1.000 s");
+  EXPECT_EQ(human_seconds(9.9996), "10.0 s");
+  EXPECT_EQ(human_seconds(119.96), "2 min 0 s");
+  EXPECT_EQ(human_seconds(179.6), "3 min 0 s");
+  EXPECT_EQ(human_seconds(-134), "-2 min 14 s");
   EXPECT_EQ(human_bytes(512), "512 B");
   EXPECT_EQ(human_bytes(3.5 * 1024 * 1024), "3.5 MiB");
 }
