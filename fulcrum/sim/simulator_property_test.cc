@@ -187,10 +187,27 @@ TEST(SimulatorProperties, APassPriceMemoKeepsWithinItsBytes) {
   ASSERT_EQ(unbounded.tables(), plans.size());
   const size_t all = unbounded.bytes();
   ASSERT_GT(all, 0u);
+  // Its bytes are its tables': each alone in a memo of its own, summed.
+  size_t sum = 0;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    PassPriceMemo one(64, SIZE_MAX);
+    options.memo = &one;
+    simulate(plans[k].schedule, model, plans[k].cluster, *costs[k], costs[k]->efficiency(), plans[k].loads, options);
+    sum += one.bytes();
+  }
+  EXPECT_EQ(all, sum);
+  // Taken out and put back, every table is counted once: the same tables, the same bytes.
+  options.memo = &unbounded;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    simulate(plans[k].schedule, model, plans[k].cluster, *costs[k], costs[k]->efficiency(), plans[k].loads, options);
+  }
+  EXPECT_EQ(unbounded.tables(), plans.size());
+  EXPECT_EQ(unbounded.bytes(), all);
   const size_t cap = all / 3;
   PassPriceMemo bounded(64, cap);
   options.memo = &bounded;
-  for (size_t k = 0; k < plans.size(); ++k) {
+  // Plan k through the bounded memo: within its bytes, and the results of a simulation without it.
+  auto simulate_bounded = [&](size_t k) {
     const RandomPlan& p = plans[k];
     SCOPED_TRACE(p.description);
     const SimResult memoized = simulate(p.schedule, model, p.cluster, *costs[k], costs[k]->efficiency(), p.loads, options);
@@ -199,8 +216,11 @@ TEST(SimulatorProperties, APassPriceMemoKeepsWithinItsBytes) {
     const SimResult plain = simulate(p.schedule, model, p.cluster, *costs[k], costs[k]->efficiency(), p.loads);
     EXPECT_EQ(memoized.iteration_seconds, plain.iteration_seconds);
     EXPECT_EQ(memoized.peak_memory_bytes, plain.peak_memory_bytes);
-  }
+  };
+  for (size_t k = 0; k < plans.size(); ++k) simulate_bounded(k);
   EXPECT_LT(bounded.tables(), plans.size());
+  // Again, newest first: the tables still held are taken and put back, the others made again.
+  for (size_t k = plans.size(); k-- > 0;) simulate_bounded(k);
   // Nothing bounds a memo of one table: the last put stays, however large.
   PassPriceMemo tiny(64, 1);
   options.memo = &tiny;
