@@ -128,7 +128,9 @@ class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
     // The parser counts bytes from 1, and the end of the input as one more.
     const size_t byte = *place.byte_ - 1;
     if (byte >= text.size()) {
-      if (!place.started_) throw InputError(fmt::format("{}: malformed JSON: the file holds no JSON value", file));
+      if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+        throw InputError(fmt::format("{}: malformed JSON: the file holds no JSON value", file));
+      }
       throw InputError(fmt::format("{}: {}malformed JSON: the file ends inside the {} (byte {})", file, record,
                                    in_record ? "record" : place.depth_ == 1 ? "array" : "document", text.size()));
     }
@@ -164,12 +166,10 @@ class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
     return std::string(what.substr(0, what.find("; last read:")));
   }
   bool value() {
-    started_ = true;
     records_ += depth_ == 1;  // a bare value as a record
     return true;
   }
   bool open() {
-    started_ = true;
     ++depth_;
     return true;
   }
@@ -181,7 +181,6 @@ class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
 
   int64_t depth_ = 0;
   uint64_t records_ = 0;  // complete ones
-  bool started_ = false;  // a value or container was begun
   std::optional<size_t> byte_;
   std::string reason_;
 };

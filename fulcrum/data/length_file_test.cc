@@ -109,6 +109,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "f.json: record 1: malformed JSON at byte 44 (syntax error while parsing object separator - "
                  "unexpected '}'; expected ':')"},
         BadInput{"empty_json", LengthFormat::kJsonArray, " \n", "f.json: malformed JSON: the file holds no JSON value"},
+        BadInput{"unclosed_string", LengthFormat::kJsonArray, "\"abc", "f.json: malformed JSON: the file ends inside the document"},
 
         BadInput{"bad_value", LengthFormat::kJsonArray, R"([{"vit_num": 1, "token_num": 30}, {"vit_num": tru}])",
                  "record 1"},
