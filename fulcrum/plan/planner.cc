@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <tuple>
 
@@ -148,11 +149,15 @@ class Planner {
     }
     prepare_loads(configs);
     // Screening: every candidate on two of the sampled steps; then the most promising on all of them.
+    // A candidate that cannot be among the finalists is given up on as soon as its bound shows it (SearchBar).
     std::vector<Outcome> outcomes(configs.size());
     Progress progress(fmt::format("planning ({})", recipe_.name),
                       static_cast<int64_t>(configs.size()) + kFinalists, r_.progress);
-    parallel_for(configs.size(), [&](size_t i) {
-      Outcome o = evaluate(configs[i], true);
+    SearchBar screening_bar(kFinalists);
+    const std::vector<size_t> order = likeliest_first(configs);
+    parallel_for(configs.size(), [&](size_t k) {
+      const size_t i = order[k];
+      Outcome o = evaluate(configs[i], true, r_.give_up_early ? &screening_bar : nullptr);
       // Screening ranks by epoch time alone and the finalists are evaluated again whole: the schedule and the
       // simulation's detail (per simulated device) would only hold memory, hundreds of candidates of it.
       o.plan.schedule = Schedule{};
@@ -168,7 +173,7 @@ class Planner {
       const Outcome& o = outcomes[i];
       if (o.fits) {
         ++feasible;
-        ranked.push_back(i);
+        if (!o.given_up) ranked.push_back(i);
       } else if (o.shortfall_bytes < smallest_shortfall) {
         smallest_shortfall = o.shortfall_bytes;
         shortfall_where = o.where;
@@ -186,14 +191,17 @@ class Planner {
       return outcomes[a].plan.epoch_seconds < outcomes[b].plan.epoch_seconds;
     });
     ranked.resize(std::min<size_t>(ranked.size(), kFinalists));
+    // The finalists in their screening order, the likeliest first: the best so far is the bar.
     std::vector<Outcome> finals(ranked.size());
+    SearchBar final_bar(1);
     parallel_for(ranked.size(), [&](size_t k) {
-      finals[k] = evaluate(configs[ranked[k]], false);
+      finals[k] = evaluate(configs[ranked[k]], false, r_.give_up_early ? &final_bar : nullptr);
       progress.advance();
     });
     int best = -1;
     for (size_t k = 0; k < finals.size(); ++k) {
-      if (finals[k].fits && (best < 0 || finals[k].plan.epoch_seconds < finals[best].plan.epoch_seconds)) {
+      const Outcome& o = finals[k];
+      if (o.fits && !o.given_up && (best < 0 || o.plan.epoch_seconds < finals[best].plan.epoch_seconds)) {
         best = static_cast<int>(k);
       }
     }
@@ -202,6 +210,10 @@ class Planner {
     TrainingPlan plan = std::move(outcomes_final[best].plan);
     plan.candidates = static_cast<int>(configs.size());
     plan.feasible = feasible;
+    for (size_t i : ranked) plan.finalists.push_back(configs[i]);
+    for (const std::vector<Outcome>* list : {&outcomes, &finals}) {
+      for (const Outcome& o : *list) plan.given_up += o.given_up ? 1 : 0;
+    }
     plan.detail_loads = loads_of(plan.config).steps.front();  // every candidate's first simulated step
     if (recipe_.encoder_in_bubbles) move_encoders_into_bubbles(plan);
     if (recipe_.try_encoder_bubbles && r_.encoders != EncoderSite::kStages) try_encoder_bubbles(plan);
@@ -229,9 +241,53 @@ class Planner {
     for (std::thread& t : threads) t.join();
   }
 
+  // The epoch time a candidate must beat to be among the `kept` best: the kept-th best of the candidates evaluated
+  // whole so far, infinite until there are that many. A candidate given up on above it is slower than every
+  // candidate it counts, and the bar only falls, so the `kept` best are the same whichever candidates the threads
+  // happened to evaluate first.
+  class SearchBar {
+   public:
+    explicit SearchBar(size_t kept) : kept_(kept) {}
+    double epoch_seconds() const {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return best_.size() < kept_ ? std::numeric_limits<double>::infinity() : best_.back();
+    }
+    void offer(double epoch_seconds) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      best_.insert(std::upper_bound(best_.begin(), best_.end(), epoch_seconds), epoch_seconds);
+      if (best_.size() > kept_) best_.pop_back();
+    }
+
+   private:
+    mutable std::mutex mutex_;
+    size_t kept_;
+    std::vector<double> best_;  // ascending
+  };
+
+  // The candidates' indices by a rough estimate of their iteration, fastest first, so that the search bar falls
+  // early: the mean micro-batch's passes on an even share of the layers, through a pipeline's fill and drain.
+  std::vector<size_t> likeliest_first(const std::vector<ParallelConfig>& configs) const {
+    std::vector<double> estimate(configs.size());
+    parallel_for(configs.size(), [&](size_t i) {
+      const ParallelConfig& c = configs[i];
+      double seconds = 0;
+      for (const LayerInfo& info : layer_infos(layout_of(c), loads_of(c))) seconds += info.training(Recompute::kNone);
+      const double m = micro_batches_of(c);
+      estimate[i] = (m + static_cast<double>(c.pp - 1) / c.vpp) * seconds / c.pp;
+    });
+    std::vector<size_t> order(configs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return estimate[a] < estimate[b]; });
+    return order;
+  }
+
   struct Outcome {
     TrainingPlan plan;
+    // Some partition and recomputation of the configuration fits in memory (known exactly, given up or not).
     bool fits = false;
+    // It fits but cannot beat the bar it was evaluated under: `plan` is not its best and it is not ranked.
+    bool given_up = false;
+    bool simulated = false;  // `plan` holds the fastest partition that fits and was simulated whole
     double shortfall_bytes = std::numeric_limits<double>::infinity();
     std::string where;
   };
@@ -735,12 +791,12 @@ class Planner {
   // split), searched on the first step of `loads`; the whole model's schedule simulated on every step.
   static constexpr int64_t kTrySplitEvaluations = 16;
 
-  // With `give_up_above`: when the first step takes longer than that, the other steps are not scheduled (the
-  // outcome's mean is then that first step's).
+  // With `give_up_above_seconds`: when the first step takes longer than that, the other steps are not scheduled
+  // (the outcome's mean is then that first step's).
   OptimusOutcome encoders_in_bubbles(const TrainingPlan& plan, const Schedule* llm_schedule, const LoadSet& loads,
                                      StepSchedules step_schedules,
                                      int64_t split_evaluation_budget = OptimusInputs{}.split_evaluation_budget,
-                                     double give_up_above = std::numeric_limits<double>::infinity()) const {
+                                     double give_up_above_seconds = std::numeric_limits<double>::infinity()) const {
     const ParallelConfig& c = plan.config;
     OptimusInputs in;
     in.model = &r_.model;
@@ -768,7 +824,7 @@ class Planner {
     out.schedule = optimus_schedule(in, *out.optimus);
     out.detail = run(out.schedule, in.loads);
     double sum = out.detail.iteration_seconds;
-    if (sum > give_up_above) {
+    if (sum > give_up_above_seconds) {
       out.mean_iteration_seconds = sum;
       return out;
     }
@@ -804,9 +860,14 @@ class Planner {
     plan.optimus = o.optimus;
   }
 
-  // Simulates `schedule` on the sampled steps (a screening pass: two of them).
-  TrainingPlan simulate_plan(const ParallelConfig& c, Schedule schedule, const LoadSet& loads, bool screening) const {
+  // Simulates `schedule` on the sampled steps (a screening pass: two of them). Once the steps' iterations cannot
+  // give an epoch of `bar_epoch_seconds` or less, the rest are only checked for memory (detail.gave_up).
+  TrainingPlan simulate_plan(const ParallelConfig& c, Schedule schedule, const LoadSet& loads, bool screening,
+                             double bar_epoch_seconds = std::numeric_limits<double>::infinity()) const {
     const std::vector<size_t> steps = screening ? screening_steps(loads) : all_steps(loads);
+    // The steps' iteration seconds that make that epoch, with room for rounding: what is given up on is slower.
+    const double budget_seconds = bar_epoch_seconds * static_cast<double>(steps.size()) /
+                          static_cast<double>(std::max<int64_t>(1, loads.steps_per_epoch)) * (1 + 1e-9);
     TrainingPlan plan;
     plan.recipe = recipe_.name;
     plan.config = c;
@@ -817,8 +878,17 @@ class Planner {
     SimOptions options;
     options.dtype = r_.dtype;
     options.memo = &pass_prices_;
+    // What the steps after each one take at least: a step's bar leaves them that much of the budget.
+    std::vector<double> later_seconds(steps.size() + 1, 0);
+    if (std::isfinite(budget_seconds)) {
+      for (size_t k = steps.size(); k-- > 1;) {
+        later_seconds[k - 1] = later_seconds[k] + iteration_lower_bound(schedule, r_.model, r_.cluster, cost(),
+                                                        analytic_.efficiency(), loads.steps[steps[k]], options);
+      }
+    }
     double sum = 0;
     for (size_t k = 0; k < steps.size(); ++k) {
+      options.give_up_above_seconds = budget_seconds - sum - later_seconds[k];
       SimResult result =
           simulate(schedule, r_.model, r_.cluster, cost(), analytic_.efficiency(), loads.steps[steps[k]], options);
       sum += result.iteration_seconds;
@@ -826,6 +896,7 @@ class Planner {
         plan.detail = std::move(result);
       } else {
         plan.detail.oom = plan.detail.oom || result.oom;
+        plan.detail.gave_up = plan.detail.gave_up || result.gave_up;
         for (size_t s = 0; s < result.peak_memory_bytes.size(); ++s) {
           plan.detail.peak_memory_bytes[s] = std::max(plan.detail.peak_memory_bytes[s], result.peak_memory_bytes[s]);
         }
@@ -837,7 +908,10 @@ class Planner {
     return plan;
   }
 
-  Outcome evaluate(const ParallelConfig& c, bool screening) const {
+  // With `bar`: partitions that cannot beat it are given up on (SimOptions::give_up_above_seconds), and the
+  // outcome, when evaluated whole, raises it.
+  Outcome evaluate(const ParallelConfig& c, bool screening, SearchBar* bar = nullptr) const {
+    const double bar_epoch_seconds = bar ? bar->epoch_seconds() : std::numeric_limits<double>::infinity();
     Outcome out;
     out.where = fmt::format("DP {} TP {} PP {} VPP {} micro-batch {}", c.dp, c.tp, c.pp, c.vpp, c.mbs);
     const LoadSet& loads = loads_.at(std::make_tuple(recipe_.batcher, c.dp, micro_batches_of(c)));
@@ -901,34 +975,46 @@ class Planner {
             double second_shortfall = 0;
             std::vector<Recompute> second_modes = adaptive_recompute(layers, second, m, second_shortfall);
             if (second_shortfall == 0) {
-              consider_plan(out, c, std::move(again), std::move(second_modes), loads, screening);
+              consider_plan(out, c, std::move(again), std::move(second_modes), loads, screening, bar_epoch_seconds);
             }
           }
         }
       }
-      consider_plan(out, c, std::move(stages), std::move(modes), loads, screening);
+      consider_plan(out, c, std::move(stages), std::move(modes), loads, screening, bar_epoch_seconds);
     };
     const bool refine = recipe_.partition == PartitionMethod::kExact && adaptive;
     for (auto& [stages, modes] : options) consider(stages, modes, refine);
     if (!out.fits && best_shortfall < out.shortfall_bytes) out.shortfall_bytes = best_shortfall;
+    // A partition given up on is slower than the bar: the best simulated whole is the configuration's only when
+    // it is not.
+    if (out.given_up && out.simulated && out.plan.epoch_seconds <= bar_epoch_seconds) out.given_up = false;
+    if (out.fits && !out.given_up && bar) bar->offer(out.plan.epoch_seconds);
     return out;
   }
 
-  // Simulates one partition and keeps it if it fits and beats what `out` holds.
+  // Simulates one partition and keeps it if it fits and beats what `out` holds. One that fits but cannot take
+  // `bar_epoch_seconds` or less marks `out` given up.
   void consider_plan(Outcome& out, const ParallelConfig& c, std::vector<StageLayers> stages,
-                     std::vector<Recompute> modes, const LoadSet& loads, bool screening) const {
+                     std::vector<Recompute> modes, const LoadSet& loads, bool screening,
+                     double bar_epoch_seconds) const {
     Schedule schedule =
         make_pipeline_schedule(c.schedule, layout_of(c), micro_batches_of(c), std::move(stages), std::move(modes));
-    TrainingPlan plan = simulate_plan(c, std::move(schedule), loads, screening);
+    TrainingPlan plan = simulate_plan(c, std::move(schedule), loads, screening, bar_epoch_seconds);
     if (plan.detail.oom) {
       double over = 0;
       for (double peak : plan.detail.peak_memory_bytes) over = std::max(over, peak - plan.detail.usable_memory_bytes);
       out.shortfall_bytes = std::min(out.shortfall_bytes, over);
       return;
     }
-    if (!out.fits || plan.epoch_seconds < out.plan.epoch_seconds) {
+    if (plan.detail.gave_up) {
+      out.fits = true;
+      out.given_up = true;
+      return;
+    }
+    if (!out.simulated || plan.epoch_seconds < out.plan.epoch_seconds) {
       out.plan = std::move(plan);
       out.fits = true;
+      out.simulated = true;
     }
   }
 };

@@ -81,6 +81,7 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   StateSharding sharding = StateSharding::kMegatronDistributedOptimizer;
   PipelineKind schedule = PipelineKind::kOneFOneB;
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 struct PlanRequest {
@@ -118,6 +119,9 @@ struct PlanRequest {
   int encoder_pp = 0;  // encoders in bubbles: only encoder plans of this many pipeline stages; 0: any
   int sampled_steps = 8;  // steps of the epoch simulated per candidate, spread evenly; their mean is used
   int threads = 2;
+  // Stop simulating a candidate once a lower bound of its time (iteration_lower_bound) shows it slower than the
+  // candidates it would have to beat. The plan is the same either way; only the search is faster.
+  bool give_up_early = true;
   bool progress = true;  // a progress bar on stderr when it is a terminal
 };
 
@@ -135,6 +139,11 @@ struct TrainingPlan {
   MicroBatchLoads detail_loads;  // its micro-batches, per data-parallel replica
   int candidates = 0;            // configurations evaluated
   int feasible = 0;              // of which fit in memory
+  // Evaluations (screening and final) stopped at the search bar (PlanRequest::give_up_early). Which ones depends
+  // on how the threads happened to run; the plan does not.
+  int given_up = 0;
+  // The configurations screening kept to evaluate on every sampled step, by their screening time, fastest first.
+  std::vector<ParallelConfig> finalists;
   // With the encoders in bubbles: the encoder plan, split and bubble schedules (of the first simulated step).
   // `schedule` is then the whole model's with its encoder section (optimus_schedule.h) and `detail` its
   // simulation on the first step.

@@ -1,5 +1,6 @@
 #include "fulcrum/plan/planner.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -44,6 +45,43 @@ TEST(MakePlan, TheSameAnswerOnAnyNumberOfThreads) {
   EXPECT_EQ(a.config.pp, b.config.pp);
   EXPECT_EQ(a.schedule.recompute, b.schedule.recompute);
   EXPECT_EQ(a.candidates, b.candidates);
+}
+
+// Giving up on candidates the search bar shows cannot win leaves every plan as it was: the finalists screening
+// keeps, the chosen configuration, its schedule and times, and the count of candidates that fit (whose memory is
+// still worked out exactly).
+TEST(MakePlan, GivingUpEarlyChangesNoPlan) {
+  for (Strategy strategy : {Strategy::kFulcrum, Strategy::kMegatron, Strategy::kBalanced}) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(fmt::format("{} on {} threads", strategy_name(strategy), threads));
+      PlanRequest whole = small_request();
+      whole.cluster = cluster_preset("a100:64");
+      whole.gbs = 256;
+      whole.threads = threads;
+      whole.give_up_early = false;
+      PlanRequest early = whole;
+      early.give_up_early = true;
+      const TrainingPlan a = make_plan(strategy, whole);
+      const TrainingPlan b = make_plan(strategy, early);
+      EXPECT_EQ(a.given_up, 0);
+      if (threads == 1) {
+        EXPECT_GT(b.given_up, 0);
+      }
+      EXPECT_EQ(a.epoch_seconds, b.epoch_seconds);
+      EXPECT_EQ(a.iteration_seconds, b.iteration_seconds);
+      EXPECT_EQ(a.config.dp, b.config.dp);
+      EXPECT_EQ(a.config.tp, b.config.tp);
+      EXPECT_EQ(a.config.pp, b.config.pp);
+      EXPECT_EQ(a.config.vpp, b.config.vpp);
+      EXPECT_EQ(a.config.mbs, b.config.mbs);
+      EXPECT_EQ(a.schedule.recompute, b.schedule.recompute);
+      EXPECT_EQ(a.detail.peak_memory_bytes, b.detail.peak_memory_bytes);
+      EXPECT_EQ(a.candidates, b.candidates);
+      EXPECT_EQ(a.feasible, b.feasible);
+      EXPECT_EQ(a.finalists.size(), 12u);
+      EXPECT_TRUE(a.finalists == b.finalists);
+    }
+  }
 }
 
 TEST(MakePlan, FulcrumIsAtLeastAsFastAsTheBaselinesAndFits) {

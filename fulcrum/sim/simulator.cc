@@ -169,6 +169,12 @@ struct ClassCost {
   double recompute_flops[3] = {0, 0, 0};
 };
 
+// A layer class's pass seconds (compute and collectives) summed over a replica's micro-batches.
+struct ClassTotals {
+  double forward = 0, backward = 0, backward_input = 0, backward_weight = 0;
+  double recompute_selective = 0, recompute_full = 0;
+};
+
 // Which of a ClassCost's prices are worked out (bits): the passes every schedule runs, and each recomputation.
 constexpr uint8_t kPricedPasses = 1;
 constexpr uint8_t priced_recompute(Recompute r) { return static_cast<uint8_t>(1u << static_cast<int>(r)); }
@@ -191,11 +197,17 @@ struct PassPriceMemo::Key {
   }
 };
 
-// (load index × classes + class) → prices, and which of them are worked out.
+// (load index × classes + class) → prices, and which of them are worked out; and per (replica × classes +
+// class), the seconds of each pass summed over the replica's micro-batches (the bound a search gives up by).
 struct PassPriceMemo::Table {
   std::vector<ClassCost> costs;
   std::vector<uint8_t> priced;
-  size_t bytes() const { return costs.capacity() * sizeof(ClassCost) + priced.capacity(); }
+  std::vector<ClassTotals> totals;
+  std::vector<uint8_t> totalled;  // which of the totals are summed, as `priced`
+  size_t bytes() const {
+    return costs.capacity() * sizeof(ClassCost) + priced.capacity() + totals.capacity() * sizeof(ClassTotals) +
+           totalled.capacity();
+  }
 };
 
 struct PassPriceMemo::Impl {
@@ -344,12 +356,18 @@ class Simulator {
   Simulator(const Simulator&) = delete;
   Simulator& operator=(const Simulator&) = delete;
 
-  SimResult run() {
+  void build() {
     check_inputs();
     build_layers();
     build_stages();
     build_encoder_stages();
     build_slices();
+  }
+
+  SimResult run() {
+    build();
+    SimResult bound;
+    if (gives_up(bound)) return bound;
     execute();
     return finish();
   }
@@ -817,6 +835,32 @@ class Simulator {
     return cc;
   }
 
+  // A class's pass seconds summed over a replica's micro-batches (in the modes the schedule recomputes it in).
+  const ClassTotals& class_totals(int replica, int cls) {
+    if (!prices_) open_prices();
+    const size_t key = static_cast<size_t>(load_index(replica, 0) / s_.micro_batches) * classes_.size() + cls;
+    if (prices_->totals.empty()) {
+      prices_->totals.resize(prices_->costs.size() / std::max(1, s_.micro_batches));
+      prices_->totalled.assign(prices_->totals.size(), 0);
+    }
+    const uint8_t wanted = kPricedPasses | (classes_[cls].recomputes & (priced_recompute(Recompute::kSelective) |
+                                                                        priced_recompute(Recompute::kFull)));
+    ClassTotals& t = prices_->totals[key];
+    if ((prices_->totalled[key] & wanted) == wanted) return t;
+    t = ClassTotals{};
+    for (int j = 0; j < s_.micro_batches; ++j) {
+      const ClassCost& cc = class_cost(replica, j, cls);
+      t.forward += cc.forward.total();
+      t.backward += cc.backward.total();
+      t.backward_input += cc.backward_input.total();
+      t.backward_weight += cc.backward_weight.total();
+      t.recompute_selective += cc.recompute_selective.total();
+      t.recompute_full += cc.recompute_full.total();
+    }
+    prices_->totalled[key] = wanted;
+    return t;
+  }
+
   // Seconds of a compute instruction of `stage` for a replica's micro-batch.
   PassSeconds op_seconds(OpKind op, int stage, int replica, int micro_batch) {
     PassSeconds out;
@@ -1273,19 +1317,11 @@ class Simulator {
             std::fill(dev.gap_at.begin(), dev.gap_at.end(), start);
           }
           record(d, TimelineEvent::Stream::kCompute, in, start, end, p.comm);
+          dev.activation_bytes += activation_change(program, dev.pc, replica);
+          note_memory(d, end);
           if (in.op == OpKind::kForward) {
             ++dev.forwards_done;
-            dev.activation_bytes += stage_activation_bytes(in.stage, replica, in.micro_batch);
-            note_memory(d, end);
             count_flops(in.stage, replica, in.micro_batch);
-          } else {
-            // The input-gradient half frees all but the matmul inputs, which the weight gradient frees.
-            const double all = stage_activation_bytes(in.stage, replica, in.micro_batch);
-            const double weight_inputs = stage_activation_bytes(in.stage, replica, in.micro_batch, true);
-            dev.activation_bytes -= in.op == OpKind::kBackward        ? all
-                                    : in.op == OpKind::kBackwardInput ? all - weight_inputs
-                                                                      : weight_inputs;
-            note_memory(d, end);
           }
           break;
         }
@@ -1297,25 +1333,129 @@ class Simulator {
           // transfer (or on the same device), so no device waits for the others to reach it.
           break;
         case OpKind::kAllocate:
-          dev.activation_bytes += static_cast<double>(in.bytes);
+        case OpKind::kFree:
+          dev.activation_bytes += activation_change(program, dev.pc, replica);
           note_memory(d, dev.compute_free);
           break;
-        case OpKind::kFree: {
-          // The matching allocation's size.
-          for (size_t k = dev.pc; k-- > 0;) {
-            const Instruction& a = program[k];
-            if (a.op == OpKind::kAllocate && a.buffer == in.buffer) {
-              dev.activation_bytes -= static_cast<double>(a.bytes);
-              break;
-            }
-          }
-          note_memory(d, dev.compute_free);
-          break;
-        }
       }
       ++events_;
       ++dev.pc;
     }
+  }
+
+  // What instruction `pc` of a pipeline program changes in its device's live activation bytes: a forward keeps
+  // its stage's activations, the input-gradient half of a backward frees all but the matmul inputs, which the
+  // weight gradient frees; a buffer is held from its allocation to its free.
+  double activation_change(const std::vector<Instruction>& program, size_t pc, int replica) {
+    const Instruction& in = program[pc];
+    switch (in.op) {
+      case OpKind::kForward:
+        return stage_activation_bytes(in.stage, replica, in.micro_batch);
+      case OpKind::kBackward:
+        return -stage_activation_bytes(in.stage, replica, in.micro_batch);
+      case OpKind::kBackwardInput:
+        return -(stage_activation_bytes(in.stage, replica, in.micro_batch) -
+                 stage_activation_bytes(in.stage, replica, in.micro_batch, true));
+      case OpKind::kBackwardWeight:
+        return -stage_activation_bytes(in.stage, replica, in.micro_batch, true);
+      case OpKind::kAllocate:
+        return static_cast<double>(in.bytes);
+      case OpKind::kFree:
+        for (size_t k = pc; k-- > 0;) {
+          if (program[k].op == OpKind::kAllocate && program[k].buffer == in.buffer) {
+            return -static_cast<double>(program[k].bytes);
+          }
+        }
+        return 0;
+      default:
+        return 0;
+    }
+  }
+
+  // Under a give-up bar (SimOptions::give_up_above_seconds), before running the pipeline schedule: no device
+  // ends its passes before their seconds add up, and the optimizer steps start only after every device's passes,
+  // so the busiest device's passes plus the longest step bound the iteration from below. When that exceeds the
+  // bar, `out` gets the bound and the memory, which follows each program's order alone, and this returns true.
+  bool gives_up(SimResult& out) {
+    const double bar = options_.give_up_above_seconds;
+    if (!(bar < std::numeric_limits<double>::infinity()) || s_.tasks.present() || s_.encoder.present()) return false;
+    const double bound = busy_bound();
+    if (bound <= bar) return false;
+    out.gave_up = true;
+    out.iteration_seconds = bound;
+    out.state_memory_bytes.assign(pp_, 0);
+    for (int r = 0; r < pp_; ++r) out.state_memory_bytes[r] = rank_state_bytes(s_, model_, r);
+    out.peak_memory_bytes = out.state_memory_bytes;
+    for (int replica = 0; replica < replicas_; ++replica) {
+      for (int r = 0; r < pp_; ++r) {
+        const auto& program = s_.programs[r].instructions;
+        double live = 0;
+        for (size_t pc = 0; pc < program.size(); ++pc) {
+          const OpKind op = program[pc].op;
+          if (!is_pass(op) && op != OpKind::kAllocate && op != OpKind::kFree) continue;
+          live += activation_change(program, pc, replica);
+          out.peak_memory_bytes[r] = std::max(out.peak_memory_bytes[r], out.state_memory_bytes[r] + live);
+        }
+      }
+    }
+    out.usable_memory_bytes = cluster_.usable_memory_bytes();
+    for (double peak : out.peak_memory_bytes) out.oom = out.oom || peak > out.usable_memory_bytes;
+    out.devices = s_.layout.devices();
+    out.simulated_devices = static_cast<int64_t>(replicas_) * pp_;
+    return true;
+  }
+
+ public:
+  // The busiest device's passes plus the longest optimizer step (0 where the schedule has an encoder or
+  // multitask section, or is not a pipeline program).
+  double busy_bound() {
+    if (s_.tasks.present() || s_.encoder.present()) return 0;
+    const ParallelLayout& l = s_.layout;
+    double longest_step = 0;
+    for (int r = 0; r < pp_; ++r) {
+      double step = 0;
+      for (int chunk = 0; chunk < l.vpp; ++chunk) step += stages_[chunk * pp_ + r].optimizer_seconds;
+      longest_step = std::max(longest_step, step);
+    }
+    // Each rank's passes by (stage, kind): a pipeline program runs each for every micro-batch once, so a device's
+    // busy time is its classes' totals over the replica's micro-batches.
+    std::vector<std::map<std::pair<int, OpKind>, int>> passes(pp_);
+    for (int r = 0; r < pp_; ++r) {
+      for (const Instruction& in : s_.programs[r].instructions) {
+        if (is_pass(in.op)) ++passes[r][{in.stage, in.op}];
+      }
+      for (const auto& [what, count] : passes[r]) {
+        if (count != s_.micro_batches) return 0;  // not a pipeline program
+      }
+    }
+    double busiest = 0;
+    for (int replica = 0; replica < replicas_; ++replica) {
+      for (int r = 0; r < pp_; ++r) {
+        double busy = 0;
+        for (const auto& [what, count] : passes[r]) {
+          for (const StageEntry& e : stages_[what.first].entries) {
+            const ClassTotals& t = class_totals(replica, e.cls);
+            const double recompute = e.recompute == Recompute::kFull        ? t.recompute_full
+                                     : e.recompute == Recompute::kSelective ? t.recompute_selective
+                                                                            : 0.0;
+            const double seconds = what.second == OpKind::kForward         ? t.forward
+                                   : what.second == OpKind::kBackward      ? recompute + t.backward
+                                   : what.second == OpKind::kBackwardInput ? recompute + t.backward_input
+                                                                           : t.backward_weight;
+            busy += static_cast<double>(e.count) * seconds;
+          }
+        }
+        busiest = std::max(busiest, busy);
+      }
+    }
+    // Less the rounding of sums in another order than the run's: a bound, never above the iteration.
+    return (busiest + longest_step) * (1 - 1e-9);
+  }
+
+ private:
+  static bool is_pass(OpKind op) {
+    return op == OpKind::kForward || op == OpKind::kBackward || op == OpKind::kBackwardInput ||
+           op == OpKind::kBackwardWeight;
   }
 
   // An encoder stage's collective over its data-parallel group (every pipeline's copy of the stage on every
@@ -1763,6 +1903,14 @@ SimResult simulate(const Schedule& schedule, const ModelSpec& model, const Clust
                    const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,
                    const SimOptions& options) {
   return Simulator(schedule, model, cluster, cost, efficiency, loads, options).run();
+}
+
+double iteration_lower_bound(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,
+                             const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,
+                             const SimOptions& options) {
+  Simulator simulator(schedule, model, cluster, cost, efficiency, loads, options);
+  simulator.build();
+  return simulator.busy_bound();
 }
 
 }  // namespace fulcrum

@@ -2,6 +2,7 @@
 #define FULCRUM_SIM_SIMULATOR_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -64,6 +65,9 @@ struct SimOptions {
   Dtype dtype = Dtype::kBf16;
   // Prices of layer passes kept for later simulations of the same step (PassPriceMemo), or none.
   PassPriceMemo* memo = nullptr;
+  // A search's bar: when no run of the schedule can take this long or less, the simulation stops before
+  // running it (SimResult::gave_up). Pipeline schedules only: with an encoder or multitask section it runs whole.
+  double give_up_above_seconds = std::numeric_limits<double>::infinity();
 };
 
 // The layers' pass prices (times, activation bytes, FLOPs) simulations worked out per micro-batch, kept for later
@@ -160,6 +164,11 @@ struct SimResult {
   int64_t simulated_devices = 0;  // pipelines simulated × pp: devices doing identical work are run once
   int64_t streams = 0;            // streams simulated (compute, point-to-point and collective per device)
   int64_t events = 0;             // instructions executed
+  // Given up (SimOptions::give_up_above_seconds): the busiest device's own passes and the longest optimizer step
+  // already take longer than the bar. iteration_seconds is then that lower bound; the memory fields (which follow
+  // each program's order, not its times), devices and simulated_devices are exact, and the times, FLOPs and
+  // timeline are left empty.
+  bool gave_up = false;
   int timeline_replica = 0;
   std::vector<TimelineEvent> timeline;
   std::vector<MemorySample> memory_timeline;
@@ -200,6 +209,15 @@ struct SimResult {
 SimResult simulate(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,
                    const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,
                    const SimOptions& options = {});
+
+// A lower bound of simulate()'s iteration, by what a pipeline schedule cannot run in less: the busiest device's
+// passes back to back, then the longest optimizer step (less a billionth for rounding). What
+// SimOptions::give_up_above_seconds is held against; 0 for a schedule with an encoder or multitask section, or
+// one whose programs do not run each stage's passes once for every micro-batch. Far cheaper than simulate(): sums
+// of pass prices per replica, kept in options.memo.
+double iteration_lower_bound(const Schedule& schedule, const ModelSpec& model, const ClusterSpec& cluster,
+                             const CostModel& cost, const DeviceEfficiency& efficiency, const MicroBatchLoads& loads,
+                             const SimOptions& options = {});
 
 }  // namespace fulcrum
 

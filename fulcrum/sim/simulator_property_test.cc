@@ -2,8 +2,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <deque>
+#include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <random>
 #include <tuple>
@@ -162,6 +163,56 @@ TEST(SimulatorProperties, APassPriceMemoChangesNoResult) {
       EXPECT_EQ(memoized.model_flops, plain.model_flops);
       EXPECT_EQ(memoized.hardware_flops, plain.hardware_flops);
       EXPECT_EQ(memoized.oom, plain.oom);
+    }
+  }
+}
+
+// The busy bound sits between the busiest device's own time in the simulation and the iteration, and a
+// simulation given up at a bar below it keeps the memory exact; at a bar the iteration meets, nothing is given up.
+// Each plan runs twice through one memo, the second time with other recomputation modes on the same step (whose
+// per-replica totals the bound then sums again), and a quarter of the plans run on CPU devices, whose
+// communication takes the compute cores.
+TEST(SimulatorProperties, TheBusyBoundIsALowerBoundAndGivingUpKeepsTheMemory) {
+  const ModelSpec model = model_preset("vit-3b+gpt-11b");
+  std::mt19937_64 rng(20261129);
+  std::deque<RandomPlan> plans;  // alive while the memo may hold their addresses
+  std::deque<AnalyticCost> costs;
+  PassPriceMemo memo(4);
+  for (int trial = 0; trial < 300; ++trial) {
+    RandomPlan& p = plans.emplace_back(random_plan(model, rng));
+    if (trial % 4 == 3) p.cluster = cluster_preset(fmt::format("cpu:{}", p.schedule.layout.devices()));
+    const AnalyticCost& cost = costs.emplace_back(p.cluster);
+    Schedule other = p.schedule;
+    for (Recompute& r : other.recompute) r = static_cast<Recompute>(rng() % 3);
+    for (const Schedule* s : {&p.schedule, &other}) {
+      SCOPED_TRACE(fmt::format("{} on {}{}", p.description, p.cluster.device.kind,
+                               s == &other ? ", other recomputation" : ""));
+      SimOptions options;
+      if (trial % 2 == 0) options.memo = &memo;
+      const SimResult whole = simulate(*s, model, p.cluster, cost, cost.efficiency(), p.loads);
+      const double bound = iteration_lower_bound(*s, model, p.cluster, cost, cost.efficiency(), p.loads, options);
+      EXPECT_LE(bound, whole.iteration_seconds);
+      double busiest = 0;
+      for (const TimeBreakdown& t : whole.per_device) busiest = std::max(busiest, t.compute + t.tp_comm);
+      EXPECT_GE(bound, busiest * (1 - 2e-9));
+
+      options.give_up_above_seconds = bound * (1 - 1e-9);
+      const SimResult stopped = simulate(*s, model, p.cluster, cost, cost.efficiency(), p.loads, options);
+      ASSERT_TRUE(stopped.gave_up);
+      EXPECT_EQ(stopped.iteration_seconds, bound);
+      EXPECT_EQ(stopped.peak_memory_bytes, whole.peak_memory_bytes);
+      EXPECT_EQ(stopped.state_memory_bytes, whole.state_memory_bytes);
+      EXPECT_EQ(stopped.usable_memory_bytes, whole.usable_memory_bytes);
+      EXPECT_EQ(stopped.oom, whole.oom);
+      EXPECT_EQ(stopped.devices, whole.devices);
+      EXPECT_EQ(stopped.events, 0);
+
+      options.give_up_above_seconds = whole.iteration_seconds;
+      const SimResult kept = simulate(*s, model, p.cluster, cost, cost.efficiency(), p.loads, options);
+      EXPECT_FALSE(kept.gave_up);
+      EXPECT_EQ(kept.iteration_seconds, whole.iteration_seconds);
+      EXPECT_EQ(kept.peak_memory_bytes, whole.peak_memory_bytes);
+      EXPECT_EQ(kept.model_flops, whole.model_flops);
     }
   }
 }
