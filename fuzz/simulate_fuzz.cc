@@ -1,0 +1,84 @@
+// libFuzzer target: any schedule the JSON reader makes and validate() accepts (what `fulcrum simulate
+// --load-schedule` runs) simulates to a result or an InputError, never a crash or a hang, on the first model
+// preset with its layer count. The busy bound a planner gives up by is never above the iteration, and a simulation
+// given up just under it reports the whole simulation's memory.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "fulcrum/core/error.h"
+#include "fulcrum/cost/analytic_cost.h"
+#include "fulcrum/model/cluster_spec.h"
+#include "fulcrum/model/model_presets.h"
+#include "fulcrum/sched/pipeline_schedules.h"
+#include "fulcrum/sched/schedule_json.h"
+#include "fulcrum/sched/validate.h"
+#include "fulcrum/sim/simulator.h"
+
+namespace {
+
+// Flattened layer count → the first preset that has it.
+const std::map<int64_t, fulcrum::ModelSpec>& presets_by_layers() {
+  static const auto* presets = [] {
+    auto* out = new std::map<int64_t, fulcrum::ModelSpec>;
+    for (const std::string& name : fulcrum::model_preset_names()) {
+      fulcrum::ModelSpec model = fulcrum::model_preset(name);
+      out->emplace(fulcrum::flattened_layers(model), std::move(model));
+    }
+    return out;
+  }();
+  return *presets;
+}
+
+// Uneven replicas, from the replica and micro-batch numbers alone: 1–3 samples of 200–2,900 tokens and 0–2 images.
+fulcrum::MicroBatchLoads loads_for(const fulcrum::Schedule& s) {
+  fulcrum::MicroBatchLoads loads;
+  loads.per_replica.resize(static_cast<size_t>(s.layout.dp));
+  for (int r = 0; r < s.layout.dp; ++r) {
+    for (int j = 0; j < s.micro_batches; ++j) {
+      fulcrum::MicroBatchLoad load;
+      for (int k = 0; k <= (r + j) % 3; ++k) {
+        const auto images = static_cast<uint32_t>((r * 7 + j * 3 + k) % 3);
+        const auto tokens = 200 + static_cast<uint32_t>((r * 911 + j * 577 + k * 131) % 2700);
+        load.add_packed(images, tokens);
+      }
+      loads.per_replica[static_cast<size_t>(r)].push_back(load);
+    }
+  }
+  return loads;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace fulcrum;
+  try {
+    const std::string_view text(reinterpret_cast<const char*>(data), size);
+    const Schedule schedule = schedule_from_json(text, "fuzz.json");
+    validate(schedule, "fuzz.json");
+    // Small enough to run thousands of inputs a second: a big layout says nothing a small one does not.
+    if (schedule.layout.devices() > 256 || schedule.layout.dp > 16 || schedule.micro_batches > 64) return 0;
+    const auto& presets = presets_by_layers();
+    const auto model = presets.find(schedule.model_layers);
+    if (model == presets.end()) return 0;
+    const ClusterSpec cluster = cluster_preset("a100:" + std::to_string(schedule.layout.devices()));
+    const AnalyticCost cost(cluster);
+    const MicroBatchLoads loads = loads_for(schedule);
+    const SimResult whole = simulate(schedule, model->second, cluster, cost, cost.efficiency(), loads);
+    const double bound = iteration_lower_bound(schedule, model->second, cluster, cost, cost.efficiency(), loads);
+    if (!(bound >= 0) || bound > whole.iteration_seconds) std::abort();
+    if (bound > 0) {
+      SimOptions options;
+      options.give_up_above_seconds = bound * (1 - 1e-6);
+      const SimResult stopped = simulate(schedule, model->second, cluster, cost, cost.efficiency(), loads, options);
+      if (!stopped.gave_up || stopped.peak_memory_bytes != whole.peak_memory_bytes || stopped.oom != whole.oom) {
+        std::abort();
+      }
+    }
+  } catch (const InputError&) {
+  }
+  return 0;
+}
