@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -735,6 +737,59 @@ TEST_F(Cli, SimulateASavedScheduleGivesTheSameIteration) {
   const Result bad = run(common + "--load-schedule " + broken);
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.err.find("broken.json: rank 0"), std::string::npos) << bad.err;
+}
+
+// simulate_fuzz mutates these seeds; one the simulator refuses (a kernel list changed since it was saved, say)
+// leaves its kind of schedule unfuzzed past the reader, so every seed must still time on the model it was made for.
+TEST_F(Cli, TheSimulateFuzzSeedsStillSimulate) {
+  const std::string seeds = "fuzz/seeds/simulate_fuzz/";
+  const std::pair<std::string, std::string> cases[] = {
+      {"1f1b.json", "simulate --model gpt-11b --cluster a100:16 --gbs 8 --mbs 1"},
+      {"interleaved.json", "simulate --model gpt-11b --cluster a100:16 --gbs 4 --mbs 1"},
+      {"zb-h1.json", "simulate --model gpt-11b --cluster a100:12 --gbs 6 --mbs 1"},
+      {"optimus.json", "simulate --model vit-3b+gpt-11b --cluster a100:8 --gbs 4 --mbs 1"},
+      {"multitask.json", "multitask --tasks multitask-clip-4 --cluster a100:8"},
+      {"multitask-per-task.json", "multitask --tasks multitask-clip-4 --cluster a100:8"},
+  };
+  for (const auto& [seed, args] : cases) {
+    const Result r = run(args + " --json --load-schedule " + seeds + seed);
+    ASSERT_EQ(r.status, 0) << seed << ": " << r.err;
+    EXPECT_GT(nlohmann::json::parse(r.out)["iteration_seconds"].get<double>(), 0) << seed;
+  }
+  // And no seed is left out of the table.
+  const auto files = std::distance(fs::directory_iterator(fs::path(FULCRUM_SOURCE_DIR) / seeds), fs::directory_iterator{});
+  EXPECT_EQ(static_cast<size_t>(files), std::size(cases));
+}
+
+// A schedule the reader and validate() accept but the model refuses (its first encoder layer's forward pass runs
+// one of that layer's two kernels) is refused with the file's name, loaded alone or inside a plan file.
+TEST_F(Cli, ASchedulesMismatchWithItsModelNamesTheFile) {
+  const auto cut_first_kernel_range = [](nlohmann::json& schedule) {
+    nlohmann::json& first = schedule["programs"][0][0];  // ["encoder", 0, 0, 0, 0, "forward", 0, 2, ...]
+    ASSERT_EQ(first[0], "encoder");
+    ASSERT_EQ(first[7], 2);
+    first[7] = 1;
+  };
+  auto schedule = nlohmann::json::parse(slurp(fs::path(FULCRUM_SOURCE_DIR) / "fuzz/seeds/simulate_fuzz/optimus.json"));
+  cut_first_kernel_range(schedule);
+  const std::string loaded = write("cut.json", schedule.dump());
+  const Result simulated =
+      run("simulate --model vit-3b+gpt-11b --cluster a100:8 --gbs 4 --mbs 1 --load-schedule " + loaded);
+  EXPECT_EQ(simulated.status, 2);
+  EXPECT_EQ(simulated.err, "fulcrum: error: " + loaded + ": encoder pipeline 0 micro-batch 0: layer 0's forward pass "
+                           "runs 1 of its 2 kernels\n");
+
+  const std::string plan = (dir_ / "plan.json").string(), html = (dir_ / "report.html").string();
+  ASSERT_EQ(run("plan --model vit-3b+gpt-11b --cluster a100:8 --gbs 4 --strategy optimus --baseline-config 1,2,4,1,1 "
+                "--no-baselines --quiet --out " + plan).status, 0);
+  auto edited = nlohmann::json::parse(slurp(plan));
+  cut_first_kernel_range(edited["schedule"]);
+  const std::string edited_file = write("edited.json", edited.dump());
+  const Result reported = run("report --plan " + edited_file + " --out " + html);
+  EXPECT_EQ(reported.status, 2);
+  EXPECT_EQ(reported.err, "fulcrum: error: " + edited_file + ": schedule: encoder pipeline 0 micro-batch 0: layer 0's "
+                          "forward pass runs 1 of its 2 kernels\n");
+  EXPECT_FALSE(fs::exists(html));
 }
 
 TEST_F(Cli, SimulateWithBalancedDataBeatsRandomBatches) {

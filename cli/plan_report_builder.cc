@@ -99,7 +99,12 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
   options.timeline = true;
   options.timeline_replica = sources.replica;
   options.dtype = dtype;
-  const SimResult simulated = simulate(p.schedule, model, cluster, cost, analytic.efficiency(), p.detail_loads, options);
+  SimResult simulated;
+  try {
+    simulated = simulate(p.schedule, model, cluster, cost, analytic.efficiency(), p.detail_loads, options);
+  } catch (const InputError& e) {  // a schedule edited out of step with its model: name the file
+    throw InputError(fmt::format("{}: schedule: {}", plan_file, e.what()));
+  }
 
   PlanReport r;
   r.title = fmt::format("{} on {}: {} plan", model.name, p.cluster, p.strategy);

@@ -253,7 +253,13 @@ void run_simulate(const SimulateOptions& o) {
     SimOptions options;
     options.timeline = !o.trace.empty() && i == 0;
     options.dtype = dtype;
-    results.push_back(simulate(schedule, model, cluster, cost, analytic.efficiency(), steps[i], options));
+    try {
+      results.push_back(simulate(schedule, model, cluster, cost, analytic.efficiency(), steps[i], options));
+    } catch (const InputError& e) {
+      if (o.load_schedule.empty()) throw;
+      // A loaded schedule the reader and validate() accept but this model does not: name the file.
+      throw InputError(fmt::format("{}: {}", o.load_schedule, e.what()));
+    }
     progress.advance();
   }
   progress.finish();

@@ -1,6 +1,6 @@
 // libFuzzer target: any schedule the JSON reader makes and validate() accepts (what `fulcrum simulate
-// --load-schedule` runs) simulates to a result or an InputError, never a crash or a hang, on the first model
-// preset with its layer count. The busy bound a planner gives up by is never above the iteration, and a simulation
+// --load-schedule` and `fulcrum multitask --load-schedule` run) simulates to a result or an InputError, never a
+// crash or a hang, on a model preset or a task graph preset's components with its layer count. The busy bound a planner gives up by is never above the iteration, and a simulation
 // given up just under it reports the whole simulation's memory.
 #include <cstddef>
 #include <cstdint>
@@ -8,11 +8,13 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/model/model_presets.h"
+#include "fulcrum/model/task_graph.h"
 #include "fulcrum/sched/pipeline_schedules.h"
 #include "fulcrum/sched/schedule_json.h"
 #include "fulcrum/sched/validate.h"
@@ -20,20 +22,28 @@
 
 namespace {
 
-// Flattened layer count → the first preset that has it.
-const std::map<int64_t, fulcrum::ModelSpec>& presets_by_layers() {
+// Flattened layer count → the models that have it: every single preset, the encoder + LLM pairs the tests and
+// benchmarks use (an Optimus schedule's encoder section needs a model with an encoder) and every task graph
+// preset's shared components (what a multitask schedule's slices run).
+const std::map<int64_t, std::vector<fulcrum::ModelSpec>>& presets_by_layers() {
   static const auto* presets = [] {
-    auto* out = new std::map<int64_t, fulcrum::ModelSpec>;
-    for (const std::string& name : fulcrum::model_preset_names()) {
+    auto* out = new std::map<int64_t, std::vector<fulcrum::ModelSpec>>;
+    std::vector<std::string> names = fulcrum::model_preset_names();
+    names.insert(names.end(), {"vit-3b+gpt-11b", "vit-22b+gpt-175b", "vit-5b+llama-70b"});
+    for (const std::string& name : names) {
       fulcrum::ModelSpec model = fulcrum::model_preset(name);
-      out->emplace(fulcrum::flattened_layers(model), std::move(model));
+      (*out)[fulcrum::flattened_layers(model)].push_back(std::move(model));
+    }
+    for (const std::string& name : fulcrum::task_graph_preset_names()) {
+      fulcrum::ModelSpec model = fulcrum::task_graph_preset(name).model;
+      (*out)[fulcrum::flattened_layers(model)].push_back(std::move(model));
     }
     return out;
   }();
   return *presets;
 }
 
-// Uneven replicas, from the replica and micro-batch numbers alone: 1–3 samples of 200–2,900 tokens and 0–2 images.
+// Uneven replicas, from the replica and micro-batch numbers alone: 1–3 samples of 200–2,899 tokens and 0–2 images.
 fulcrum::MicroBatchLoads loads_for(const fulcrum::Schedule& s) {
   fulcrum::MicroBatchLoads loads;
   loads.per_replica.resize(static_cast<size_t>(s.layout.dp));
@@ -62,18 +72,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Small enough to run thousands of inputs a second: a big layout says nothing a small one does not.
     if (schedule.layout.devices() > 256 || schedule.layout.dp > 16 || schedule.micro_batches > 64) return 0;
     const auto& presets = presets_by_layers();
-    const auto model = presets.find(schedule.model_layers);
-    if (model == presets.end()) return 0;
+    const auto same_layers = presets.find(schedule.model_layers);
+    if (same_layers == presets.end()) return 0;
+    // Of the presets with the schedule's layer count, the input's length picks one.
+    const ModelSpec& model = same_layers->second[size % same_layers->second.size()];
     const ClusterSpec cluster = cluster_preset("a100:" + std::to_string(schedule.layout.devices()));
     const AnalyticCost cost(cluster);
     const MicroBatchLoads loads = loads_for(schedule);
-    const SimResult whole = simulate(schedule, model->second, cluster, cost, cost.efficiency(), loads);
-    const double bound = iteration_lower_bound(schedule, model->second, cluster, cost, cost.efficiency(), loads);
-    if (!(bound >= 0) || bound > whole.iteration_seconds) std::abort();
+    const SimResult whole = simulate(schedule, model, cluster, cost, cost.efficiency(), loads);
+    const double bound = iteration_lower_bound(schedule, model, cluster, cost, cost.efficiency(), loads);
+    if (!(bound >= 0) || !(bound <= whole.iteration_seconds)) std::abort();  // a NaN iteration fails too
     if (bound > 0) {
       SimOptions options;
       options.give_up_above_seconds = bound * (1 - 1e-6);
-      const SimResult stopped = simulate(schedule, model->second, cluster, cost, cost.efficiency(), loads, options);
+      const SimResult stopped = simulate(schedule, model, cluster, cost, cost.efficiency(), loads, options);
       if (!stopped.gave_up || stopped.peak_memory_bytes != whole.peak_memory_bytes || stopped.oom != whole.oom) {
         std::abort();
       }
