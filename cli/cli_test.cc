@@ -167,6 +167,20 @@ TEST_F(Cli, BadInputTable) {
       {"report_not_a_plan", R"({"kind": "schedule"})", "report --plan {file} --out {out}", "not a plan file"},
       // A "kind" of another type is no plan either (reading it as a string threw past the error contract).
       {"report_kind_a_number", R"({"kind": 5})", "report --plan {file} --out {out}", "not a plan file"},
+      {"plan_vision_unit", R"([{"vision_tokens": 256, "token_num": 300}])",
+       "plan --model internvl-chat-1.5 --cluster a100:8 --gbs 8 --data {file} --no-baselines --out {out}",
+       ": counts vision in patch_tokens, but model 'internvl-chat-1.5' takes tiles"},
+      {"simulate_vision_unit", R"([{"vision_tokens": 256, "token_num": 300}])",
+       "simulate --model internvl-chat-1.5 --cluster a100:8 --gbs 8 --data {file}",
+       ": counts vision in patch_tokens, but model 'internvl-chat-1.5' takes tiles"},
+      {"loaded_schedule_other_cluster", "", "simulate --model gpt-11b --cluster a100:32 --gbs 8 --load-schedule "
+       "fuzz/seeds/simulate_fuzz/1f1b.json", "1f1b.json: the schedule's DP 2 × TP 4 × PP 2 = 16 devices, but the "
+       "cluster 'a100:32' has 32"},
+      {"loaded_schedule_other_batch", "", "simulate --model gpt-11b --cluster a100:16 --gbs 9 --load-schedule "
+       "fuzz/seeds/simulate_fuzz/1f1b.json", "global batch 9 is not divisible by micro-batch 1 × "
+       "fuzz/seeds/simulate_fuzz/1f1b.json's DP 2"},
+      {"baseline_config_other_cluster", "", "plan --model gpt-11b --cluster a100:8 --gbs 16 --baseline-config "
+       "3,1,1,1,1", "baseline megatron: --baseline-config DP 3 × TP 1 × PP 1 is not the cluster's 8 devices"},
       {"simulate_kind_a_number", R"({"kind": 5})",
        "simulate --model gpt-11b --cluster a100:8 --gbs 8 --load-schedule {file}", "schedule: missing key \"fulcrum\""},
       {"report_without_request", R"({"kind": "plan", "strategy": "fulcrum"})", "report --plan {file} --out {out}",
@@ -790,6 +804,42 @@ TEST_F(Cli, ASchedulesMismatchWithItsModelNamesTheFile) {
   EXPECT_EQ(reported.err, "fulcrum: error: " + edited_file + ": schedule: encoder pipeline 0 micro-batch 0: layer 0's "
                           "forward pass runs 1 of its 2 kernels\n");
   EXPECT_FALSE(fs::exists(html));
+}
+
+// A plan file's request names a model, cluster, profile and data as they were typed when it was made; one that no
+// longer loads where the report runs (a relative path, a preset of a newer build) is the plan file's fault.
+TEST_F(Cli, AReportNamesThePlanFileWhoseRequestNoLongerLoads) {
+  const std::string plan = (dir_ / "plan.json").string(), html = (dir_ / "report.html").string();
+  ASSERT_EQ(run("plan --model gpt-11b --cluster a100:8 --gbs 16 --no-baselines --quiet --out " + plan).status, 0);
+  const auto made = nlohmann::json::parse(slurp(plan));
+  const std::pair<std::string, std::string> cases[] = {
+      {"model", "unknown model 'gpt-12b'"},
+      {"data", "gone.json: cannot read"},
+  };
+  for (const auto& [key, message] : cases) {
+    auto edited = made;
+    edited["request"][key] = key == "model" ? "gpt-12b" : "gone.json";
+    const std::string file = write(key + ".json", edited.dump());
+    const Result r = run("report --plan " + file + " --out " + html);
+    EXPECT_EQ(r.status, 2) << key;
+    EXPECT_EQ(r.err.rfind("fulcrum: error: " + file + ": request: " + message, 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(html)) << key;
+  }
+}
+
+// A baseline with no plan on the request is shown with the planner's reason; one the request pins to a
+// configuration that does not fit in memory is such a baseline, not an error.
+TEST_F(Cli, ABaselineThatCannotRunSaysWhy) {
+  const Result r = run("plan --model llama-70b --cluster a100:16 --gbs 16 --baseline-config 16,1,1,1,1 --json --quiet");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto megatron = nlohmann::json::parse(r.out)["baselines"]["megatron"];
+  ASSERT_FALSE(megatron["fits"].get<bool>()) << megatron;
+  EXPECT_EQ(megatron["reason"].get<std::string>().rfind("no configuration of megatron fits in memory (1 tried)", 0), 0u)
+      << megatron;
+  const Result text = run("plan --model llama-70b --cluster a100:16 --gbs 16 --baseline-config 16,1,1,1,1 --quiet");
+  EXPECT_NE(text.out.find("megatron  cannot run: no configuration of megatron fits in memory (1 tried)"),
+            std::string::npos) << text.out;
 }
 
 TEST_F(Cli, SimulateWithBalancedDataBeatsRandomBatches) {

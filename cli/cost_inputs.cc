@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/cost/model_sample_cost.h"
 
 namespace fulcrum {
 
@@ -28,9 +29,16 @@ void set_image_tokens(ModelSpec& model, int64_t tokens) {
   }
 }
 
-void check_data_has_a_model_for_its_images(const Dataset& data, const std::string& data_name,
-                                           const ModelSpec& model, const std::string& model_name) {
-  if (model.has_encoder()) return;
+void check_data_fits_the_model(const Dataset& data, const std::string& data_name, const ModelSpec& model,
+                               const std::string& model_name) {
+  if (model.has_encoder()) {
+    if (vision_unit_of(model) != data.vision_unit()) {
+      throw InputError(fmt::format("{}: counts vision in {}, but model '{}' takes {}", data_name,
+                                   vision_unit_name(data.vision_unit()), model_name,
+                                   vision_unit_name(vision_unit_of(model))));
+    }
+    return;
+  }
   const auto& vision = data.vision_column();
   const size_t with_images = static_cast<size_t>(
       std::count_if(vision.begin(), vision.end(), [](uint32_t v) { return v > 0; }));

@@ -31,10 +31,12 @@ ProfileTable load_profile(const std::string& path);
 inline constexpr int64_t kMostImagesPerSample = 4096;
 void set_image_tokens(ModelSpec& model, int64_t tokens);
 
-// Data with images for a model with no encoder to take them, in a plan or simulation: the encoder's work on their
-// tiles would be left out without a word. (A batcher may price them as the LLM tokens they also are.)
-void check_data_has_a_model_for_its_images(const Dataset& data, const std::string& data_name,
-                                           const ModelSpec& model, const std::string& model_name);
+// Data the model cannot take, in a plan, simulation or report, refused with one line naming `data_name`: images
+// for a model with no encoder (the encoder's work on their tiles would be left out without a word; a batcher may
+// price them as the LLM tokens they also are), or vision counted in another unit than the model's encoders take
+// (tiles against patch tokens, vision_unit_of).
+void check_data_fits_the_model(const Dataset& data, const std::string& data_name, const ModelSpec& model,
+                               const std::string& model_name);
 
 // --gbs, at least 1 and at most 65,536 samples a device: far past any training run, and short of a count whose
 // iterations no plan could be simulated for in reasonable time.

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -228,12 +229,13 @@ void run_plan(const PlanOptions& o) {
   std::optional<LoadedData> loaded;
   if (!o.data.empty()) {
     loaded = load_dataset(o.data, {o.root, false, &warnings()});
-    check_data_has_a_model_for_its_images(loaded->dataset, o.data, request.model, o.model);
+    check_data_fits_the_model(loaded->dataset, o.data, request.model, o.model);
     request.data = &loaded->dataset;
   }
   const TrainingPlan plan = make_plan(strategy, request);
   // What users run today, on the same data.
   std::vector<std::pair<Strategy, std::optional<TrainingPlan>>> baselines;
+  std::map<Strategy, std::string> why_not;  // the baselines with no plan: the planner's reason
   if (!o.no_baselines) {
     PlanRequest baseline = request;
     baseline.llm_in_every_stage = false;  // the baselines as users run them
@@ -242,8 +244,11 @@ void run_plan(const PlanOptions& o) {
       if (b == strategy) continue;
       try {
         baselines.push_back({b, make_plan(b, baseline)});
-      } catch (const InputError&) {
-        baselines.push_back({b, std::nullopt});  // the baseline itself cannot fit: reported as such
+      } catch (const NoPlanFits& e) {  // the baseline itself cannot run here: reported as such
+        baselines.push_back({b, std::nullopt});
+        why_not[b] = e.what();
+      } catch (const InputError& e) {  // a request the baseline cannot take (--baseline-config): the user's to fix
+        throw InputError(fmt::format("baseline {}: {}", strategy_name(b), e.what()));
       }
     }
   }
@@ -336,7 +341,7 @@ void run_plan(const PlanOptions& o) {
     for (const auto& [b, p] : baselines) {
       const std::string name(strategy_name(b));
       if (!p) {
-        base[name] = {{"fits", false}};
+        base[name] = {{"fits", false}, {"reason", why_not[b]}};
         continue;
       }
       base[name] = {{"epoch_seconds", p->epoch_seconds}, {"plan", summary_json(*p)}};
@@ -402,7 +407,7 @@ void run_plan(const PlanOptions& o) {
                            100 * d.bubble_fraction, 100 * fraction_of_bound);
   for (const auto& [b, p] : baselines) {
     if (!p) {
-      std::cout << fmt::format("  {:<9} does not fit in memory\n", strategy_name(b));
+      std::cout << fmt::format("  {:<9} cannot run: {}\n", strategy_name(b), why_not[b]);
       continue;
     }
     std::cout << fmt::format("  {:<9} epoch {:.1f} s ({}): {:.2f}× slower\n", strategy_name(b), p->epoch_seconds,

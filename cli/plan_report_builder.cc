@@ -59,27 +59,38 @@ RankLoads rank_loads(const Dataset& data, const SampleCost& cost, const std::str
   return out;
 }
 
+// What the plan file's request names (its model, cluster, dtype, profile and data) loaded, failing with the plan
+// file's name: a path in it may no longer resolve where the report runs, and the user typed only the plan's.
+template <typename Load>
+auto from_request(const std::string& plan_file, Load&& load) -> decltype(load()) {
+  try {
+    return load();
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: request: {}", plan_file, e.what()));
+  }
+}
+
 }  // namespace
 
 std::string plan_report_html(const std::string& plan_text, const std::string& plan_file, const ReportSources& sources) {
   const PlanFile p = read_plan_file(plan_text, plan_file);
-  ModelSpec model = load_model(p.model);
+  ModelSpec model = from_request(plan_file, [&] { return load_model(p.model); });
   if (p.model_name && *p.model_name != model.name) {
     throw InputError(fmt::format("{}: plan: made for model '{}', but its request's model '{}' is '{}'", plan_file,
                                  *p.model_name, p.model, model.name));
   }
-  set_image_tokens(model, p.image_tokens);
-  const ClusterSpec cluster = load_cluster(p.cluster);
+  from_request(plan_file, [&] { set_image_tokens(model, p.image_tokens); });
+  const ClusterSpec cluster = from_request(plan_file, [&] { return load_cluster(p.cluster); });
   const ParallelLayout& layout = p.schedule.layout;
   if (static_cast<int64_t>(layout.dp) * layout.tp * layout.pp != cluster.devices) {
     throw InputError(fmt::format("{}: request: cluster '{}' has {} devices, but the plan's schedule runs on DP {} × "
                                  "TP {} × PP {}", plan_file, p.cluster, cluster.devices, layout.dp, layout.tp,
                                  layout.pp));
   }
-  const Dtype dtype = training_dtype(p.dtype, cluster);
+  const Dtype dtype = from_request(plan_file, [&] { return training_dtype(p.dtype, cluster); });
   const AnalyticCost analytic(cluster);
   std::optional<ProfiledCost> profiled;
-  if (!p.profile.empty()) profiled.emplace(analytic, load_profile(p.profile));
+  if (!p.profile.empty()) profiled.emplace(analytic, from_request(plan_file, [&] { return load_profile(p.profile); }));
   const CostModel& cost = profiled ? static_cast<const CostModel&>(*profiled) : analytic;
 
   // Compared plans first: a bad one fails before any work.
@@ -156,13 +167,14 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
     r.loads_note = "The plan was made without data: every step's samples are alike. Give --data (a length file or "
                    "meta index) to see each rank's load before and after balancing.";
   } else {
-    const LoadedData loaded = load_dataset(data, {root, false, &warnings()});
+    const auto load = [&] {
+      LoadedData loaded = load_dataset(data, {root, false, &warnings()});
+      check_data_fits_the_model(loaded.dataset, data, model, model.name);
+      return loaded;
+    };
+    // --data names its own file; the plan's data is the plan's.
+    const LoadedData loaded = sources.data.empty() ? from_request(plan_file, load) : load();
     const ModelSampleCost sample_cost(model, cost, dtype);
-    if (model.has_encoder() && sample_cost.vision_unit() != loaded.dataset.vision_unit()) {
-      throw InputError(fmt::format("{} counts vision in {}, but model '{}' takes {}", data,
-                                   vision_unit_name(loaded.dataset.vision_unit()), model.name,
-                                   vision_unit_name(sample_cost.vision_unit())));
-    }
     r.before = rank_loads(loaded.dataset, sample_cost, "random", p, sources.load_steps);
     r.after = rank_loads(loaded.dataset, sample_cost, p.batcher, p, sources.load_steps);
   }

@@ -108,7 +108,7 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
                                             const CostModel& cost_model, Dtype dtype, int dp, int micro_batches) {
   LoadedData loaded = load_dataset(o.data, {o.root, false, &warnings()});
   const Dataset& data = loaded.dataset;
-  check_data_has_a_model_for_its_images(data, o.data, model, o.model);
+  check_data_fits_the_model(data, o.data, model, o.model);
   BatchParams params;
   params.dp = dp;
   params.micro_batches = micro_batches;
@@ -116,10 +116,6 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
   params.seed = o.seed;
   params.oversize = OversizePolicy::kOwnGroup;
   const ModelSampleCost cost(model, cost_model, dtype);
-  if (cost.vision_unit() != data.vision_unit()) {
-    throw InputError(fmt::format("{} counts vision in {}, but model '{}' takes {}", o.data,
-                                 vision_unit_name(data.vision_unit()), o.model, vision_unit_name(cost.vision_unit())));
-  }
   const BatchPlan plan = make_batcher(o.batcher)->plan(data, params, cost);
   if (o.step < 0) throw InputError(fmt::format("--step must not be negative, got {}", o.step));
   if (o.steps > plan.steps() || o.step > plan.steps() - o.steps) {  // no sum that could overflow
@@ -194,12 +190,15 @@ void run_simulate(const SimulateOptions& o) {
   const int tp = given ? given->tp : o.tp, pp = given ? given->pp : o.pp;
   const int64_t per_replica = static_cast<int64_t>(tp) * pp;
   const int dp = given ? given->dp : (o.dp > 0 ? o.dp : static_cast<int>(cluster.devices / per_replica));
+  // A loaded schedule's layout is the file's: name it.
+  const std::string layout_from = given ? fmt::format("{}: the schedule's ", o.load_schedule) : "";
   if (dp < 1 || dp * per_replica != cluster.devices) {
-    throw InputError(fmt::format("DP {} × TP {} × PP {} = {} devices, but the cluster '{}' has {}", dp, tp, pp,
-                                 dp * per_replica, o.cluster, cluster.devices));
+    throw InputError(fmt::format("{}DP {} × TP {} × PP {} = {} devices, but the cluster '{}' has {}", layout_from, dp,
+                                 tp, pp, dp * per_replica, o.cluster, cluster.devices));
   }
   if (o.gbs % (o.mbs * dp) != 0) {
-    throw InputError(fmt::format("global batch {} is not divisible by micro-batch {} × DP {}", o.gbs, o.mbs, dp));
+    throw InputError(fmt::format("global batch {} is not divisible by micro-batch {} × {}DP {}", o.gbs, o.mbs,
+                                 given ? fmt::format("{}'s ", o.load_schedule) : "", dp));
   }
   const int micro_batches = static_cast<int>(o.gbs / (o.mbs * dp));
   if (given) {

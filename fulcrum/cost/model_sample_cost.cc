@@ -30,6 +30,13 @@ constexpr int64_t kReferenceItems = 64;
 
 }  // namespace
 
+VisionUnit vision_unit_of(const ModelSpec& model) {
+  for (const ComponentSpec& c : model.components) {
+    if (c.role == ComponentRole::kEncoder && c.tokens_per_item <= 0) return VisionUnit::kPatchTokens;
+  }
+  return VisionUnit::kTiles;
+}
+
 ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost, Dtype dtype) {
   const ComponentSpec* llm = nullptr;
   bool dynamic = false, fixed = false;
@@ -42,7 +49,7 @@ ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost, 
     throw InputError(fmt::format("model '{}' mixes tiled and dynamic-resolution encoders: one vision unit per "
                                  "dataset", model.name));
   }
-  vision_unit_ = dynamic ? VisionUnit::kPatchTokens : VisionUnit::kTiles;
+  vision_unit_ = vision_unit_of(model);
 
   // One vision unit through every encoder and the projector after it.
   const ComponentSpec* encoder = nullptr;  // the latest encoder: what the next projector receives

@@ -37,6 +37,10 @@ class ModelSampleCost : public SampleCost {
   VisionUnit vision_unit_ = VisionUnit::kTiles;
 };
 
+// The unit a model's encoders count vision in: patch tokens where an encoder has no fixed sequence per item
+// (dynamic resolution), tiles otherwise (and for a model without encoders).
+VisionUnit vision_unit_of(const ModelSpec& model);
+
 // Seconds of a component's forward and both backward passes over `batch`, unsharded; layers the model does not
 // use are skipped and frozen ones have no weight gradient.
 double component_training_seconds(const ComponentSpec& component, const CostModel& cost, const TokenBatch& batch,

@@ -143,7 +143,7 @@ class Planner {
     prepare_data();
     const std::vector<ParallelConfig> configs = candidates();
     if (configs.empty()) {
-      throw InputError(fmt::format("no parallel configuration of {} devices suits model '{}' (tensor parallelism "
+      throw NoPlanFits(fmt::format("no parallel configuration of {} devices suits model '{}' (tensor parallelism "
                                    "dividing its heads, at least one block per stage, global batch {} divisible "
                                    "by micro-batch × DP)", r_.cluster.devices, r_.model.name, r_.gbs));
     }
@@ -180,7 +180,7 @@ class Planner {
       }
     }
     if (ranked.empty()) {
-      throw InputError(fmt::format("no configuration of {} fits in memory ({} tried): the closest, {}, needs "
+      throw NoPlanFits(fmt::format("no configuration of {} fits in memory ({} tried): the closest, {}, needs "
                                    "{:.1f} GiB more per device than the {:.1f} GiB usable",
                                    recipe_.name, configs.size(), shortfall_where,
                                    smallest_shortfall / (1024.0 * 1024 * 1024),
@@ -205,7 +205,7 @@ class Planner {
         best = static_cast<int>(k);
       }
     }
-    if (best < 0) throw InputError(fmt::format("no configuration of {} fits in memory on every step", recipe_.name));
+    if (best < 0) throw NoPlanFits(fmt::format("no configuration of {} fits in memory on every step", recipe_.name));
     std::vector<Outcome>& outcomes_final = finals;
     TrainingPlan plan = std::move(outcomes_final[best].plan);
     plan.candidates = static_cast<int>(configs.size());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fulcrum/core/dataset.h"
+#include "fulcrum/core/error.h"
 #include "fulcrum/cost/dtype.h"
 #include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/model/cluster_spec.h"
@@ -150,10 +151,18 @@ struct TrainingPlan {
   std::shared_ptr<const OptimusPlan> optimus;
 };
 
+// make_plan's refusal when the strategy has no plan for a well-formed request: no valid factorisation of the
+// devices for the model, or no configuration that fits in memory. A baseline refused so is shown as such; any other
+// InputError (a pinned configuration the request does not allow, say) is the request's fault.
+class NoPlanFits : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 // The fastest plan of `strategy` that fits in memory, by epoch time. Candidates are evaluated in parallel
-// threads and reduced in a fixed order, so the answer does not depend on the thread count. Throws InputError
+// threads and reduced in a fixed order, so the answer does not depend on the thread count. Throws NoPlanFits
 // when the device count has no valid factorisation for the model, or when no configuration fits (naming the
-// smallest shortfall and where).
+// smallest shortfall and where); InputError for a request it cannot take.
 TrainingPlan make_plan(Strategy strategy, const PlanRequest& request);
 TrainingPlan make_plan(const Recipe& recipe, const PlanRequest& request);
 

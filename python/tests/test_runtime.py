@@ -158,7 +158,7 @@ def test_plan_files_are_checked():
         fr.RuntimePlan.from_json(dict(doc, tasks={"waves": 1, "slices": [], "sync_groups": []}))
 
 
-def test_a_plan_for_another_model_or_world_is_refused():
+def test_a_plan_for_another_model_or_world_is_refused(tmp_path):
     import torch.nn as nn
 
     class Chain(nn.Module):
@@ -171,6 +171,11 @@ def test_a_plan_for_another_model_or_world_is_refused():
         fr.Runtime(Chain(5), plan, lambda out, labels: out.sum())
     with pytest.raises(ValueError, match="2 are running|1 are running"):
         fr.Runtime(Chain(4), plan, lambda out, labels: out.sum())
+    # A plan from a file is named by its path.
+    path = tmp_path / "four.json"
+    path.write_text(plan.text)
+    with pytest.raises(ValueError, match=r"four\.json: the plan covers 4 layers but the model has 5"):
+        fr.Runtime(Chain(5), str(path), lambda out, labels: out.sum())
 
 
 @pytest.mark.parametrize("layout, processes", [("interleaved-dp", 2), ("bubbles-dp2", 4)])

@@ -224,6 +224,8 @@ def test_wave_plans_are_checked(tmp_path):
         warnings.simplefilter("error")  # every parameter of the example is in a component: no warning
         with pytest.raises(ValueError, match="2 devices, but 1 ranks"):
             fr.WaveRuntime(example.TinyMultitask(), graph, doc)
+        with pytest.raises(ValueError, match=r"sequential\.schedule\.json: the schedule runs on 2 devices, but 1 ranks"):
+            fr.WaveRuntime(example.TinyMultitask(), graph, str(work / "sequential.schedule.json"))
     # A parameter beside the components would never be trained: said before anything else is checked.
     with_scale = example.TinyMultitask()
     with_scale.logit_scale = torch.nn.Parameter(torch.ones(1))
@@ -249,11 +251,11 @@ def test_wave_plans_are_checked(tmp_path):
     plan = fr.WavePlan.from_json(doc)
     check_tasks_run(plan, graph, components)
     without_task_1 = dataclasses.replace(plan, slices=tuple(s for s in plan.slices if s.task != 1))
-    with pytest.raises(ValueError, match=rf"task '{graph['tasks'][1]['name']}': the schedule's slices do not run"):
+    with pytest.raises(ValueError, match=rf"schedule: task '{graph['tasks'][1]['name']}': the slices do not run"):
         check_tasks_run(without_task_1, graph, components)
     halved = dataclasses.replace(plan, slices=tuple(dataclasses.replace(s, layers=max(1, s.layers // 2))
                                                     if s.layers > 1 else s for s in plan.slices))
-    with pytest.raises(ValueError, match="the schedule's slices do not run"):
+    with pytest.raises(ValueError, match="the slices do not run"):
         check_tasks_run(halved, graph, components)
 
 

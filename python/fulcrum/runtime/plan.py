@@ -43,6 +43,7 @@ class RuntimePlan:
     programs: tuple = field(repr=False)
     text: str = field(repr=False, default="")
     encoder: Optional[EncoderLayout] = None  # the encoders' own plan, their work in the LLM's bubbles
+    where: str = field(default="plan", compare=False)  # what errors about it name: its file, where it has one
 
     def layer_ranks(self, dp_rank: int = 0) -> list[int]:
         """Per layer of the chain, the global rank holding it in data-parallel replica ``dp_rank`` (for an
@@ -90,7 +91,7 @@ class RuntimePlan:
                    stages=tuple((int(a), int(b)) for a, b in schedule["stages"]), recompute=tuple(modes),
                    programs=tuple(tuple(tuple(i) for i in p) for p in schedule["programs"]), text=text,
                    encoder=EncoderLayout.from_json(schedule["encoder"], int(layout["pp"]), where)
-                   if "encoder" in schedule else None)
+                   if "encoder" in schedule else None, where=where)
 
     @classmethod
     def load(cls, source: PlanSource) -> "RuntimePlan":

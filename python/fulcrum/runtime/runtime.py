@@ -95,12 +95,12 @@ class Runtime:
             self.plan = RuntimePlan.load(plan)
         p = self.plan
         if p.layers != layers:
-            raise ValueError(f"the plan covers {p.layers} layers but the model has {layers}")
+            raise ValueError(f"{p.where}: the plan covers {p.layers} layers but the model has {layers}")
         if p.world_size != self.world_size:
-            raise ValueError(f"the plan needs DP {p.dp} × PP {p.pp} = {p.world_size} ranks, "
+            raise ValueError(f"{p.where}: the plan needs DP {p.dp} × PP {p.pp} = {p.world_size} ranks, "
                              f"but {self.world_size} are running")
         if micro_batches is not None and micro_batches != p.micro_batches:
-            raise ValueError(f"micro_batches {micro_batches} differs from the plan's {p.micro_batches}")
+            raise ValueError(f"micro_batches {micro_batches} differs from the plan's {p.micro_batches} ({p.where})")
         warn_parameters_outside(model, model.layers, "model.layers")
         self.pipeline_rank, self.dp_rank = divmod(self.rank, p.dp)
         self.loss_fn, self.labels_key, self.ignore_index = loss_fn, labels_key, ignore_index

@@ -64,6 +64,7 @@ class WavePlan:
     slices: tuple
     sync_groups: tuple
     programs: tuple = field(repr=False)
+    where: str = field(default="schedule", compare=False)  # what errors about it name: its file, where it has one
 
     @cached_property
     def most_micro_batches(self) -> int:
@@ -85,7 +86,7 @@ class WavePlan:
         groups = tuple(SyncGroup(tuple(int(d) for d in g["devices"]), tuple((int(c), int(l)) for c, l in g["layers"]))
                        for g in t["sync_groups"])
         return cls(devices=int(doc["layout"]["pp"]), waves=int(t["waves"]), slices=slices, sync_groups=groups,
-                   programs=tuple(tuple(tuple(i) for i in p) for p in doc["programs"]))
+                   programs=tuple(tuple(tuple(i) for i in p) for p in doc["programs"]), where=where)
 
     @classmethod
     def load(cls, source: Union[str, os.PathLike, Mapping[str, Any], "WavePlan"]) -> "WavePlan":
@@ -118,7 +119,7 @@ def check_copies_synchronised(plan: WavePlan, model_doc: Mapping[str, Any], comp
     for i, s in enumerate(plan.slices):
         name = model_doc["components"][s.component]["name"]
         if s.first_layer + s.layers > len(components[name]):
-            raise ValueError(f"the schedule's slice {i} runs layers [{s.first_layer}, {s.first_layer + s.layers}) "
+            raise ValueError(f"{plan.where}: slice {i} runs layers [{s.first_layer}, {s.first_layer + s.layers}) "
                              f"of component {name!r}, which has {len(components[name])}")
         for layer in range(s.first_layer, s.first_layer + s.layers):
             holders.setdefault((s.component, layer), set()).update(s.devices)
@@ -129,7 +130,7 @@ def check_copies_synchronised(plan: WavePlan, model_doc: Mapping[str, Any], comp
         if next(iter(components[doc["name"]][layer].parameters()), None) is None:
             continue
         if not any((c, layer) in g.layers and devices <= set(g.devices) for g in plan.sync_groups):
-            raise ValueError(f"in the schedule, layer {layer} of component {doc['name']!r} is held by devices "
+            raise ValueError(f"{plan.where}: layer {layer} of component {doc['name']!r} is held by devices "
                              f"{','.join(map(str, sorted(devices)))} and no sync group over all of them keeps its "
                              "copies equal")
 
@@ -143,9 +144,9 @@ def check_tasks_run(plan: WavePlan, task_graph: Mapping[str, Any], components: M
     covered: dict[tuple, list] = {}  # (task, component) -> the [first, end) layer ranges its slices run
     for i, s in enumerate(plan.slices):
         if not 0 <= s.task < len(tasks):
-            raise ValueError(f"the schedule's slice {i} runs task {s.task}, but the task graph has {len(tasks)}")
+            raise ValueError(f"{plan.where}: slice {i} runs task {s.task}, but the task graph has {len(tasks)}")
         if all(n["component"] != names[s.component] for n in tasks[s.task]["nodes"]):
-            raise ValueError(f"the schedule's slice {i} runs component {names[s.component]!r}, which task "
+            raise ValueError(f"{plan.where}: slice {i} runs component {names[s.component]!r}, which task "
                              f"{tasks[s.task]['name']!r} does not")
         covered.setdefault((s.task, s.component), []).append((s.first_layer, s.first_layer + s.layers))
     for t, task in enumerate(tasks):
@@ -155,7 +156,7 @@ def check_tasks_run(plan: WavePlan, task_graph: Mapping[str, Any], components: M
             for first, end in sorted(covered.get((t, c), [])):
                 at = end if first == at else -1
             if at != len(components[node["component"]]):
-                raise ValueError(f"task {task['name']!r}: the schedule's slices do not run the "
+                raise ValueError(f"{plan.where}: task {task['name']!r}: the slices do not run the "
                                  f"{len(components[node['component']])} layers of its node {node['name']!r} once each")
 
 
@@ -201,7 +202,8 @@ class WaveRuntime:
         self.world_size = dist.get_world_size() if initialized else 1
         self.rank = dist.get_rank() if initialized else 0
         if p.devices != self.world_size:
-            raise ValueError(f"the schedule runs on {p.devices} devices, but {self.world_size} ranks are running")
+            raise ValueError(f"{p.where}: the schedule runs on {p.devices} devices, but {self.world_size} ranks are "
+                             "running")
         self.task_names, self.tasks, self.batch_sizes = [], [], []
         for t in task_graph["tasks"]:
             names = [n["name"] for n in t["nodes"]]
