@@ -229,7 +229,7 @@ void run_batch(BatchOptions& o) {
   const double load_seconds = seconds_since(start);
   check_params(o.params, data);
   if (model_cost && model_cost->vision_unit() != data.vision_unit()) {
-    throw InputError(fmt::format("{} counts vision in {}, but model '{}' takes {}", o.data,
+    throw InputError(fmt::format("{}: counts vision in {}, but model '{}' takes {}", o.data,
                                  vision_unit_name(data.vision_unit()), o.model,
                                  vision_unit_name(model_cost->vision_unit())));
   }

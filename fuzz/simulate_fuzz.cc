@@ -1,7 +1,8 @@
 // libFuzzer target: any schedule the JSON reader makes and validate() accepts (what `fulcrum simulate
 // --load-schedule` and `fulcrum multitask --load-schedule` run) simulates to a result or an InputError, never a
-// crash or a hang, on a model preset or a task graph preset's components with its layer count. The busy bound a planner gives up by is never above the iteration, and a simulation
-// given up just under it reports the whole simulation's memory.
+// crash or a hang, on every model preset and task graph preset's components with its layer count. The busy bound
+// a planner gives up by is never above the iteration, and a simulation given up just under it reports the whole
+// simulation's memory.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -74,20 +75,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto& presets = presets_by_layers();
     const auto same_layers = presets.find(schedule.model_layers);
     if (same_layers == presets.end()) return 0;
-    // Of the presets with the schedule's layer count, the input's length picks one.
-    const ModelSpec& model = same_layers->second[size % same_layers->second.size()];
     const ClusterSpec cluster = cluster_preset("a100:" + std::to_string(schedule.layout.devices()));
     const AnalyticCost cost(cluster);
     const MicroBatchLoads loads = loads_for(schedule);
-    const SimResult whole = simulate(schedule, model, cluster, cost, cost.efficiency(), loads);
-    const double bound = iteration_lower_bound(schedule, model, cluster, cost, cost.efficiency(), loads);
-    if (!(bound >= 0) || !(bound <= whole.iteration_seconds)) std::abort();  // a NaN iteration fails too
-    if (bound > 0) {
-      SimOptions options;
-      options.give_up_above_seconds = bound * (1 - 1e-6);
-      const SimResult stopped = simulate(schedule, model, cluster, cost, cost.efficiency(), loads, options);
-      if (!stopped.gave_up || stopped.peak_memory_bytes != whole.peak_memory_bytes || stopped.oom != whole.oom) {
-        std::abort();
+    // On every model with the schedule's layer count (gpt-11b and llama-70b share one, say).
+    for (const ModelSpec& model : same_layers->second) {
+      try {
+        const SimResult whole = simulate(schedule, model, cluster, cost, cost.efficiency(), loads);
+        const double bound = iteration_lower_bound(schedule, model, cluster, cost, cost.efficiency(), loads);
+        if (!(bound >= 0) || !(bound <= whole.iteration_seconds)) std::abort();  // a NaN iteration fails too
+        if (bound > 0) {
+          SimOptions options;
+          options.give_up_above_seconds = bound * (1 - 1e-6);
+          const SimResult stopped = simulate(schedule, model, cluster, cost, cost.efficiency(), loads, options);
+          if (!stopped.gave_up || stopped.peak_memory_bytes != whole.peak_memory_bytes || stopped.oom != whole.oom) {
+            std::abort();
+          }
+        }
+      } catch (const InputError&) {  // refused by this model: the next may take it
       }
     }
   } catch (const InputError&) {

@@ -31,24 +31,23 @@ constexpr int64_t kReferenceItems = 64;
 }  // namespace
 
 VisionUnit vision_unit_of(const ModelSpec& model) {
+  bool fixed = false, dynamic = false;
   for (const ComponentSpec& c : model.components) {
-    if (c.role == ComponentRole::kEncoder && c.tokens_per_item <= 0) return VisionUnit::kPatchTokens;
-  }
-  return VisionUnit::kTiles;
-}
-
-ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost, Dtype dtype) {
-  const ComponentSpec* llm = nullptr;
-  bool dynamic = false, fixed = false;
-  for (const ComponentSpec& c : model.components) {
-    if (c.role == ComponentRole::kLlm) llm = &c;
     if (c.role == ComponentRole::kEncoder) (c.tokens_per_item > 0 ? fixed : dynamic) = true;
   }
-  if (!llm) throw InputError(fmt::format("model '{}' has no LLM to balance micro-batches for", model.name));
   if (fixed && dynamic) {
     throw InputError(fmt::format("model '{}' mixes tiled and dynamic-resolution encoders: one vision unit per "
                                  "dataset", model.name));
   }
+  return dynamic ? VisionUnit::kPatchTokens : VisionUnit::kTiles;
+}
+
+ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost, Dtype dtype) {
+  const ComponentSpec* llm = nullptr;
+  for (const ComponentSpec& c : model.components) {
+    if (c.role == ComponentRole::kLlm) llm = &c;
+  }
+  if (!llm) throw InputError(fmt::format("model '{}' has no LLM to balance micro-batches for", model.name));
   vision_unit_ = vision_unit_of(model);
 
   // One vision unit through every encoder and the projector after it.

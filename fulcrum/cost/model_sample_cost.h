@@ -37,8 +37,9 @@ class ModelSampleCost : public SampleCost {
   VisionUnit vision_unit_ = VisionUnit::kTiles;
 };
 
-// The unit a model's encoders count vision in: patch tokens where an encoder has no fixed sequence per item
-// (dynamic resolution), tiles otherwise (and for a model without encoders).
+// The unit a model's encoders count vision in: patch tokens where the encoders have no fixed sequence per item
+// (dynamic resolution), tiles otherwise (and for a model without encoders). InputError for a model that mixes the
+// two: a dataset counts in one unit.
 VisionUnit vision_unit_of(const ModelSpec& model);
 
 // Seconds of a component's forward and both backward passes over `batch`, unsharded; layers the model does not

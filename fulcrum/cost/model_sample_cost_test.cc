@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/analytic_cost.h"
 #include "fulcrum/cost/flops_sample_cost.h"
@@ -84,6 +87,29 @@ TEST(ModelSampleCost, ATileCostsItsShareOfAPassNotAPassOfItsOwn) {
             1.5 * component_training_seconds(clip, roofline, one_image, Dtype::kBf16));
   EXPECT_NEAR(ModelSampleCost(llava, hosted).seconds_per_vision_unit() /
                   ModelSampleCost(llava, roofline).seconds_per_vision_unit(), 1.0, 0.02);
+}
+
+TEST(ModelSampleCost, TheVisionUnitIsTheEncodersAndOneUnitPerModel) {
+  EXPECT_EQ(vision_unit_of(model_preset("gpt-11b")), VisionUnit::kTiles);  // no encoder
+  EXPECT_EQ(vision_unit_of(model_preset("llava-1.5-7b")), VisionUnit::kTiles);
+  ModelSpec two = model_preset("vit-3b+vit-5b+gpt-11b");
+  std::vector<ComponentSpec*> encoders;
+  for (ComponentSpec& c : two.components) {
+    if (c.role == ComponentRole::kEncoder) encoders.push_back(&c);
+  }
+  ASSERT_EQ(encoders.size(), 2u);
+  encoders[0]->tokens_per_item = 0;  // one dynamic-resolution encoder beside a tiled one
+  try {
+    vision_unit_of(two);
+    ADD_FAILURE() << "a model mixing the units was given one";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "model '" + two.name + "' mixes tiled and dynamic-resolution encoders: one "
+                                     "vision unit per dataset");
+  }
+  EXPECT_THROW(ModelSampleCost(two, FlopsOnlyCost()), InputError);
+  encoders[1]->tokens_per_item = 0;
+  EXPECT_EQ(vision_unit_of(two), VisionUnit::kPatchTokens);
+  EXPECT_EQ(ModelSampleCost(two, FlopsOnlyCost()).vision_unit(), VisionUnit::kPatchTokens);
 }
 
 TEST(ModelSampleCost, NeedsAnLlm) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <tuple>
@@ -142,6 +143,10 @@ class Planner {
     matmul_peak_flops_per_second(r_.cluster.device, r_.dtype);
     prepare_data();
     const std::vector<ParallelConfig> configs = candidates();
+    if (configs.empty() && recipe_.zero3_data_parallel) {
+      throw NoPlanFits(fmt::format("zero3 runs data parallelism over all {} devices: global batch {} is not divisible "
+                                   "by them", r_.cluster.devices, r_.gbs));
+    }
     if (configs.empty()) {
       throw NoPlanFits(fmt::format("no parallel configuration of {} devices suits model '{}' (tensor parallelism "
                                    "dividing its heads, at least one block per stage, global batch {} divisible "
@@ -178,6 +183,10 @@ class Planner {
         smallest_shortfall = o.shortfall_bytes;
         shortfall_where = o.where;
       }
+    }
+    if (ranked.empty() && std::isinf(smallest_shortfall)) {  // none got as far as its memory
+      throw NoPlanFits(fmt::format("no configuration of {} can cut model '{}' into its stages ({} tried)", recipe_.name,
+                                   r_.model.name, configs.size()));
     }
     if (ranked.empty()) {
       throw NoPlanFits(fmt::format("no configuration of {} fits in memory ({} tried): the closest, {}, needs "
@@ -232,13 +241,30 @@ class Planner {
   template <typename Fn>
   void parallel_for(size_t n, Fn fn) const {
     std::atomic<size_t> next{0};
+    // The first item (by index) that threw, rethrown once every thread is joined: items are taken in index order,
+    // so every item before it ran, and the error is the same whatever the thread count.
+    std::mutex failed_mutex;
+    size_t failed_at = n;
+    std::exception_ptr failure;
     auto work = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+      for (size_t i; (i = next.fetch_add(1)) < n;) {
+        try {
+          fn(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed_mutex);
+          if (i < failed_at) {
+            failed_at = i;
+            failure = std::current_exception();
+          }
+          next = n;  // no more items
+        }
+      }
     };
     std::vector<std::thread> threads;
     for (int t = 1; t < std::max(1, r_.threads); ++t) threads.emplace_back(work);
     work();
     for (std::thread& t : threads) t.join();
+    if (failure) std::rethrow_exception(failure);
   }
 
   // The epoch time a candidate must beat to be among the `kept` best: the kept-th best of the candidates evaluated
@@ -379,13 +405,13 @@ class Planner {
       return out;
     }
     if (r_.config) {
-      check_config(*r_.config);
+      check_config(*r_.config, "--config");
       add_variants(*r_.config, out);
       return out;
     }
     if (r_.pinned && !recipe_.adaptive_recompute && recipe_.batcher == "random") {
       ParallelConfig c = *r_.pinned;
-      check_pinned(c, "--baseline-config");
+      check_config(c, "--baseline-config");
       c.encoder_tp = encoder_tp_for(c.tp);
       c.sequence_parallel = c.tp > 1;
       c.schedule = c.vpp > 1 ? PipelineKind::kInterleaved : PipelineKind::kOneFOneB;
@@ -445,9 +471,10 @@ class Planner {
     }
   }
 
-  // A configuration given instead of searched (`option` names where it came from) must suit the devices, the
-  // batch and the model.
-  void check_pinned(const ParallelConfig& c, std::string_view option) const {
+  // A configuration given instead of searched (the strategy's own, PlanRequest::config, or the baselines',
+  // PlanRequest::pinned; `option` names where it came from) must suit the devices, the batch, the model and the
+  // schedules.
+  void check_config(const ParallelConfig& c, std::string_view option) const {
     const int64_t devices = r_.cluster.devices;
     if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.vpp < 1 || c.mbs < 1) {
       throw InputError(fmt::format("{}: DP, TP, PP, VPP and micro-batch must be at least 1", option));
@@ -460,12 +487,6 @@ class Planner {
       throw InputError(fmt::format("{}: global batch {} is not divisible by micro-batch {} × DP {}", option, r_.gbs,
                                    c.mbs, c.dp));
     }
-  }
-
-  // The strategy's own configuration (PlanRequest::config) must also suit the model and the schedules.
-  void check_config(const ParallelConfig& c) const {
-    const std::string_view option = "--config";
-    check_pinned(c, option);
     if (!llm_tp_ok(c.tp)) {
       throw InputError(fmt::format("{}: TP {} does not divide the attention heads of the LLM of model '{}'", option,
                                    c.tp, r_.model.name));
