@@ -851,6 +851,15 @@ TEST_F(Cli, ABaselineThatCannotRunSaysWhy) {
   const Result text = run("plan --model llama-70b --cluster a100:16 --gbs 16 --baseline-config 16,1,1,1,1 --quiet");
   EXPECT_NE(text.out.find("megatron  cannot run: no configuration of megatron fits in memory (1 tried)"),
             std::string::npos) << text.out;
+  // More stages than the LLM's blocks: Megatron-LM's even split of the LLM alone cannot cut them, balanced's cut of
+  // every block can.
+  const Result stages = run("plan --model llava-1.5-7b --cluster a100:8 --gbs 8 --baseline-config 1,1,8,5,1 --json "
+                            "--quiet");
+  ASSERT_EQ(stages.status, 0) << stages.err;
+  const auto both = nlohmann::json::parse(stages.out)["baselines"];
+  EXPECT_EQ(both["megatron"]["reason"], "--baseline-config: megatron cuts the LLM's 32 transformer blocks alone, "
+                                        "fewer than PP 8 × VPP 5 stages");
+  EXPECT_EQ(both["balanced"]["plan"]["pp"], 8) << both["balanced"];
   // ZeRO-3's pure data parallelism over 8 devices has no micro-batch for a global batch of 12.
   const Result zero3 = run("plan --model gpt-11b --cluster a100:8 --gbs 12 --json --quiet");
   ASSERT_EQ(zero3.status, 0) << zero3.err;

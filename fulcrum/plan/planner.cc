@@ -9,6 +9,7 @@
 #include <map>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -242,7 +243,8 @@ class Planner {
   void parallel_for(size_t n, Fn fn) const {
     std::atomic<size_t> next{0};
     // The first item (by index) that threw, rethrown once every thread is joined: items are taken in index order,
-    // so every item before it ran, and the error is the same whatever the thread count.
+    // so every item before it ran (the error is the same whatever the thread count unless whether an item throws
+    // depends on what the others left in a search bar).
     std::mutex failed_mutex;
     size_t failed_at = n;
     std::exception_ptr failure;
@@ -261,7 +263,12 @@ class Planner {
       }
     };
     std::vector<std::thread> threads;
-    for (int t = 1; t < std::max(1, r_.threads); ++t) threads.emplace_back(work);
+    threads.reserve(static_cast<size_t>(std::max(1, r_.threads)));
+    try {
+      for (int t = 1; t < std::max(1, r_.threads); ++t) threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      // The system gives no more threads: those started and this one do the work, to the same result.
+    }
     work();
     for (std::thread& t : threads) t.join();
     if (failure) std::rethrow_exception(failure);
@@ -491,9 +498,15 @@ class Planner {
       throw InputError(fmt::format("{}: TP {} does not divide the attention heads of the LLM of model '{}'", option,
                                    c.tp, r_.model.name));
     }
-    if (static_cast<int64_t>(c.pp) * c.vpp > spread_blocks()) {
+    if (static_cast<int64_t>(c.pp) * c.vpp > all_blocks_) {
       throw InputError(fmt::format("{}: PP {} × VPP {} stages for {} transformer blocks", option, c.pp, c.vpp,
-                                   spread_blocks()));
+                                   all_blocks_));
+    }
+    // Fewer blocks than stages where this recipe cuts (Megatron-LM's even split: the LLM's alone): another recipe
+    // may run the configuration, this one has no plan on it.
+    if (static_cast<int64_t>(c.pp) * c.vpp > spread_blocks()) {
+      throw NoPlanFits(fmt::format("{}: {} cuts the LLM's {} transformer blocks alone, fewer than PP {} × VPP {} "
+                                   "stages", option, recipe_.name, spread_blocks(), c.pp, c.vpp));
     }
     if (c.vpp > 1 && (c.pp == 1 || (r_.gbs / (c.mbs * c.dp)) % c.pp != 0)) {
       throw InputError(fmt::format("{}: VPP {} needs a pipeline and micro-batches ({}) divisible by PP {}", option,
