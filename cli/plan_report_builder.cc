@@ -79,7 +79,7 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
     throw InputError(fmt::format("{}: plan: made for model '{}', but its request's model '{}' is '{}'", plan_file,
                                  *p.model_name, p.model, model.name));
   }
-  from_request(plan_file, [&] { set_image_tokens(model, p.image_tokens); });
+  set_image_tokens(model, p.image_tokens);  // in the range set_image_tokens takes: read_plan_file checked it
   const ClusterSpec cluster = from_request(plan_file, [&] { return load_cluster(p.cluster); });
   const ParallelLayout& layout = p.schedule.layout;
   if (static_cast<int64_t>(layout.dp) * layout.tp * layout.pp != cluster.devices) {
