@@ -89,7 +89,9 @@ Json params_json(const std::string& algo, const BatchParams& p, const Dataset& d
     out["passes"] = isf.passes;
     out["search"] = search != nullptr;
     if (search) {
-      out["search_tokens_per_tile"] = search->tokens_per_tile;
+      if (data.vision_unit() == VisionUnit::kTiles) out["search_tokens_per_tile"] = search->tokens_per_tile;
+      out["search_vision_step"] = search->vision_step;
+      out["search_token_step"] = search->token_step;
       out["search_trials"] = search->trials.size();
     }
   } else {
@@ -100,12 +102,13 @@ Json params_json(const std::string& algo, const BatchParams& p, const Dataset& d
   return out;
 }
 
-Run run_batcher(const std::string& algo, BatchParams params, const Dataset& data, const SampleCost& cost,
-                const std::string& out_path, const std::string& label) {
+Run run_batcher(const std::string& algo, BatchParams params, const Dataset& data, const std::string& data_name,
+                const SampleCost& cost, const std::string& out_path, const std::string& label) {
   const auto start = Clock::now();
   std::optional<IsfSearchResult> search;
+  if (algo == "isf") naming_the_data(data_name, [&] { check_isf_caps(params, data); });
   if (algo == "isf" && params.search) {
-    search = isf_search(data, params, cost);
+    search = naming_the_data(data_name, [&] { return isf_search(data, params, cost); });
     params.vision_cap = search->best.vision_cap;
     params.token_cap = search->best.token_cap;
     params.vision_full = search->best.vision_full;
@@ -115,7 +118,7 @@ Run run_batcher(const std::string& algo, BatchParams params, const Dataset& data
   if (algo != "isf" && algo != "fulcrum" && (params.vision_cap > 0 || params.token_cap > 0)) {
     throw InputError(fmt::format("--vit-cap and --token-cap apply to isf and fulcrum, not {}", algo));
   }
-  const BatchPlan plan = make_batcher(algo)->plan(data, params, cost);
+  const BatchPlan plan = naming_the_data(data_name, [&] { return make_batcher(algo)->plan(data, params, cost); });
   const double plan_seconds = seconds_since(start);
 
   const auto measure_start = Clock::now();
@@ -238,7 +241,7 @@ void run_batch(BatchOptions& o) {
   const SampleCost& cost = model_cost ? static_cast<const SampleCost&>(*model_cost) : flops_cost;
 
   if (!o.compare) {
-    Run run = run_batcher(o.algo, o.params, data, cost, o.out, o.algo);
+    Run run = run_batcher(o.algo, o.params, data, o.data, cost, o.out, o.algo);
     if (model_cost) {
       run.summary["params"]["model"] = o.model;
       run.summary["params"]["cluster"] = o.cluster;
@@ -258,6 +261,10 @@ void run_batch(BatchOptions& o) {
     return;
   }
   if (!o.out.empty()) throw InputError("--out writes one plan; it does not go with --compare");
+  // The isf row runs at the given caps, whether or not --search adds a row of its own.
+  BatchParams fixed = o.params;
+  fixed.search = false;
+  naming_the_data(o.data, [&] { check_isf_caps(fixed, data, BatchParamNames{.search = nullptr}); });
   // Every batcher on the same data; caps given apply to isf and fulcrum only.
   std::vector<Run> runs;
   // The batchers of the table: three baselines, isf, isf --search and fulcrum at its samples, fulcrum.
@@ -266,26 +273,24 @@ void run_batch(BatchOptions& o) {
   uncapped.vision_cap = uncapped.token_cap = 0;
   uncapped.search = false;
   for (const char* algo : {"random", "random-packed", "length-grouped"}) {
-    runs.push_back(run_batcher(algo, uncapped, data, cost, "", algo));
+    runs.push_back(run_batcher(algo, uncapped, data, o.data, cost, "", algo));
     progress.advance();
   }
-  BatchParams fixed = o.params;
-  fixed.search = false;
-  runs.push_back(run_batcher("isf", fixed, data, cost, "", "isf"));
+  runs.push_back(run_batcher("isf", fixed, data, o.data, cost, "", "isf"));
   progress.advance();
   if (o.params.search) {
     BatchParams searched = o.params;
-    runs.push_back(run_batcher("isf", searched, data, cost, "", "isf --search"));
+    runs.push_back(run_batcher("isf", searched, data, o.data, cost, "", "isf --search"));
     progress.advance();
     const double isf_per_step = runs.back().summary["samples_per_step_mean"].get<double>();
     BatchParams matched = o.params;
     matched.search = false;
     matched.samples_per_step = std::max<int64_t>(o.params.slots_per_step(), std::llround(isf_per_step));
-    runs.push_back(run_batcher("fulcrum", matched, data, cost, "",
+    runs.push_back(run_batcher("fulcrum", matched, data, o.data, cost, "",
                                fmt::format("fulcrum @{} smp/step", matched.samples_per_step)));
     progress.advance();
   }
-  runs.push_back(run_batcher("fulcrum", fixed, data, cost, "", "fulcrum"));
+  runs.push_back(run_batcher("fulcrum", fixed, data, o.data, cost, "", "fulcrum"));
   progress.advance();
   progress.finish();
   if (o.json) {

@@ -97,6 +97,26 @@ TEST_F(Cli, BadInputTable) {
       {"unknown_command", "", "bogus --data x", "unknown command 'bogus'; the commands are stats, batch, model"},
       {"drop_last_nothing_left", ok, "batch --data {file} --dp 2 --samples-per-step 4 --drop-last --out {out}",
        "dropping the short last step leaves no step"},
+      {"drop_last_nothing_left_isf", ok, "batch --data {file} --dp 4 --algo isf --drop-last --out {out}",
+       "dropping the short last step leaves no step: 1 isf groups, 4 per step"},
+      {"isf_search_finds_nothing", ok, "batch --data {file} --dp 1 --algo isf --search --samples-per-step 50 --out {out}",
+       "the isf cap search found no caps giving 50.0 to 51.0 samples per group"},
+      // Patch tokens have no default cap, as tiles have: isf needs one, or the search for one.
+      {"isf_patch_tokens_uncapped", R"([{"vision_tokens": 256, "token_num": 300}])",
+       "batch --data {file} --dp 1 --algo isf --out {out}",
+       "isf on data that counts vision_tokens needs a vision cap: give --vit-cap (patch tokens a micro-batch may hold) "
+       "or --search"},
+      {"isf_patch_tokens_compare_uncapped", R"([{"vision_tokens": 256, "token_num": 300}])",
+       "batch --data {file} --dp 1 --compare --search --quiet",
+       "needs a vision cap: give --vit-cap (patch tokens a micro-batch may hold)"},
+      {"simulate_isf_patch_tokens_uncapped", R"([{"vision_tokens": 256, "token_num": 300}])",
+       "simulate --model data/modelcfg/qwen2_vl_2b_instruct.config.json --cluster a100:8 --gbs 8 --quiet --data {file} "
+       "--batcher isf --trace {out}",
+       "needs a vision cap: give --vit-cap (patch tokens a micro-batch may hold)"},
+      {"simulate_caps_random", ok, "simulate --model internvl-chat-1.5 --cluster a100:8 --gbs 8 --quiet --data {file} "
+       "--batcher random --vit-cap 9 --trace {out}", "--vit-cap and --token-cap apply to --batcher isf and fulcrum"},
+      {"simulate_caps_without_data", "", "simulate --model internvl-chat-1.5 --cluster a100:8 --gbs 8 --token-cap 4096 "
+       "--trace {out}", "--vit-cap and --token-cap cap --data's micro-batches"},
       {"unknown_preset", ok, "model --model vit-99b", "unknown model 'vit-99b'"},
       {"config_malformed", R"({"model_type": "llama", "hidden_size": )", "model --model {file}", "malformed JSON"},
       {"config_incomplete", R"({"model_type": "llava", "text_config": {}})", "model --model {file}",
@@ -283,13 +303,70 @@ TEST_F(Cli, BadInputTable) {
     if (std::string(c.args).find("{file}") != std::string::npos && std::string(c.name) != "unknown_option" &&
         std::string(c.name) != "dp_zero" && std::string(c.name) != "model_and_cost" &&
         std::string(c.name) != "unknown_cluster" && std::string(c.name) != "profile_without_model" &&
-        std::string(c.name) != "unknown_algo" && std::string(c.name) != "drop_last_nothing_left" &&
-        std::string(c.name) != "batch_dp_huge" && std::string(c.name) != "samples_per_step_zero") {
+        std::string(c.name) != "unknown_algo" &&
+        std::string(c.name) != "batch_dp_huge" && std::string(c.name) != "samples_per_step_zero" &&
+        std::string(c.name) != "simulate_caps_random") {
       EXPECT_NE(r.err.find(fs::path(file).filename().string()), std::string::npos) << c.name << ": " << r.err;
     }
     EXPECT_TRUE(r.out.empty()) << c.name;
     EXPECT_FALSE(fs::exists(out)) << c.name << ": partial output left behind";
   }
+}
+
+// isf on patch-token data (Qwen2-VL): the cap search finds caps of its own, and the caps it found (or any given)
+// hold in every micro-batch of `batch` and drive `simulate --batcher isf`.
+TEST_F(Cli, IsfBatchesPatchTokenDataWithTheSearchOrGivenCaps) {
+  nlohmann::json records = nlohmann::json::array();
+  const int patches[] = {0, 256, 1024, 4096};
+  for (int i = 0; i < 600; ++i) {  // a fixed mix: every vision size with short and long text
+    records.push_back({{"vision_tokens", patches[i % 4]}, {"token_num", 100 + (i * 37) % 2900}});
+  }
+  const std::string data = write("patches.json", records.dump());
+  const Result searched = run("batch --data " + data + " --dp 2 --algo isf --search --json");
+  ASSERT_EQ(searched.status, 0) << searched.err;
+  const auto j = nlohmann::json::parse(searched.out);
+  EXPECT_FALSE(j["params"].contains("search_tokens_per_tile"));  // no tiles here
+  EXPECT_EQ(j["params"]["search_token_step"], 256);
+  const int64_t vit_cap = j["params"]["vit_cap"], token_cap = j["params"]["token_cap"];
+  EXPECT_GE(vit_cap, 4096);  // never below the largest sample
+  // b = 4 samples a group by default: a step of 2 ranks holds about 8 to 10.
+  EXPECT_GE(j["samples_per_step_mean"].get<double>(), 7.5);
+  EXPECT_LE(j["samples_per_step_mean"].get<double>(), 10.5);
+
+  const std::string plan = (dir_ / "plan.json").string();
+  const Result capped = run(fmt::format("batch --data {} --dp 2 --algo isf --vit-cap 5000 --token-cap 6000 --out {}",
+                                        data, plan));
+  ASSERT_EQ(capped.status, 0) << capped.err;
+  std::ifstream in(plan);
+  const auto p = nlohmann::json::parse(in);
+  size_t samples = 0;
+  for (const auto& step : p["steps"]) {
+    for (const auto& rank : step) {
+      for (const auto& micro_batch : rank) {
+        int64_t vision = 0, tokens = 0;
+        for (const auto& id : micro_batch) {
+          vision += records[id.get<size_t>()]["vision_tokens"].get<int64_t>();
+          tokens += records[id.get<size_t>()]["token_num"].get<int64_t>();
+          ++samples;
+        }
+        EXPECT_LE(vision, 5000);
+        EXPECT_LE(tokens, 6000);
+      }
+    }
+  }
+  EXPECT_EQ(samples, records.size());
+
+  const std::string simulate = "simulate --model data/modelcfg/qwen2_vl_2b_instruct.config.json --cluster a100:2 "
+                               "--gbs 8 --quiet --json --batcher isf --data " + data;
+  const Result tight = run(simulate + " --vit-cap 4096 --token-cap 4096");
+  const Result loose = run(fmt::format("{} --vit-cap {} --token-cap {}", simulate, vit_cap * 2, token_cap * 2));
+  ASSERT_EQ(tight.status, 0) << tight.err;
+  ASSERT_EQ(loose.status, 0) << loose.err;
+  const auto t = nlohmann::json::parse(tight.out), l = nlohmann::json::parse(loose.out);
+  EXPECT_EQ(t["data"]["vit_cap"], 4096);
+  EXPECT_EQ(l["data"]["vit_cap"], vit_cap * 2);
+  // Twice the caps put more samples in a micro-batch: a longer first step.
+  EXPECT_GT(l["iteration_seconds"].get<double>(), t["iteration_seconds"].get<double>());
 }
 
 // An output named by a symbolic link replaces the file the link names and keeps the link; an empty value is refused,

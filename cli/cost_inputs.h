@@ -2,9 +2,11 @@
 #define FULCRUM_CLI_COST_INPUTS_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fulcrum/core/dataset.h"
+#include "fulcrum/core/error.h"
 #include "fulcrum/core/text_file.h"
 #include "fulcrum/cost/dtype.h"
 #include "fulcrum/cost/profiled_cost.h"
@@ -37,6 +39,19 @@ void set_image_tokens(ModelSpec& model, int64_t tokens);
 // (tiles against patch tokens, vision_unit_of).
 void check_data_fits_the_model(const Dataset& data, const std::string& data_name, const ModelSpec& model,
                                const std::string& model_name);
+
+// Runs `batch` (a batcher's plan, a cap search), naming `data_name` in an InputError about the data as a whole
+// (a step it cannot fill, caps no search finds); errors about one sample already name its file and record.
+template <typename Batch>
+auto naming_the_data(const std::string& data_name, Batch&& batch) -> decltype(batch()) {
+  try {
+    return batch();
+  } catch (const InputError& e) {
+    const std::string_view what = e.what();
+    if (what.starts_with(data_name + ":")) throw;
+    throw InputError(data_name + ": " + std::string(what));
+  }
+}
 
 // --gbs, at least 1 and at most 65,536 samples a device: far past any training run, and short of a count whose
 // iterations no plan could be simulated for in reasonable time.

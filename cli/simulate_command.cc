@@ -24,6 +24,7 @@
 #include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
+#include "fulcrum/data/isf.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/model/load_model.h"
@@ -62,6 +63,8 @@ struct SimulateOptions {
   std::string data;
   std::string root = ".";
   std::string batcher = "fulcrum";
+  int64_t vision_cap = 0;  // 0: the batcher's own (isf: 9 tiles; patch tokens have none)
+  int64_t token_cap = 0;
   int64_t step = 0;
   int64_t steps = 1;
   uint64_t seed = 0;
@@ -115,8 +118,17 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
   params.samples_per_step = o.gbs;
   params.seed = o.seed;
   params.oversize = OversizePolicy::kOwnGroup;
+  params.vision_cap = o.vision_cap;
+  params.token_cap = o.token_cap;
+  if ((o.vision_cap > 0 || o.token_cap > 0) && o.batcher != "isf" && o.batcher != "fulcrum") {
+    throw InputError(fmt::format("--vit-cap and --token-cap apply to --batcher isf and fulcrum, not {}", o.batcher));
+  }
+  if (o.batcher == "isf") {
+    naming_the_data(o.data, [&] { check_isf_caps(params, data, BatchParamNames{.search = nullptr}); });
+  }
   const ModelSampleCost cost(model, cost_model, dtype);
-  const BatchPlan plan = make_batcher(o.batcher)->plan(data, params, cost);
+  const BatchPlan plan =
+      naming_the_data(o.data, [&] { return make_batcher(o.batcher)->plan(data, params, cost); });
   if (o.step < 0) throw InputError(fmt::format("--step must not be negative, got {}", o.step));
   if (o.steps > plan.steps() || o.step > plan.steps() - o.steps) {  // no sum that could overflow
     throw InputError(fmt::format("{}: --step {} and --steps {} ask for steps past the epoch's {} steps of {} samples",
@@ -241,6 +253,7 @@ void run_simulate(const SimulateOptions& o) {
   std::vector<MicroBatchLoads> steps;
   if (o.data.empty()) {
     if (o.steps != 1 || o.step != 0) throw InputError("--step and --steps choose steps of --data's plan");
+    if (o.vision_cap > 0 || o.token_cap > 0) throw InputError("--vit-cap and --token-cap cap --data's micro-batches");
     steps.push_back(uniform_loads(micro_batches, o.mbs, o.seq, images));
   } else {
     steps = loads_from_data(o, model, cost, dtype, dp, micro_batches);
@@ -311,6 +324,8 @@ void run_simulate(const SimulateOptions& o) {
       for (const SimResult& x : results) per_step.push_back(x.iteration_seconds);
       out["data"] = {{"path", o.data}, {"batcher", o.batcher}, {"first_step", o.step}, {"steps", o.steps},
                      {"seed", o.seed}, {"iteration_seconds_per_step", per_step}, {"iteration_seconds_mean", mean_seconds}};
+      if (o.vision_cap > 0) out["data"]["vit_cap"] = o.vision_cap;
+      if (o.token_cap > 0) out["data"]["token_cap"] = o.token_cap;
     }
     out["timing"] = {{"sim_seconds", sim_seconds},
                      {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()}};
@@ -376,6 +391,12 @@ std::function<void()> add_simulate_command(CLI::App& app) {
   cmd->add_option("--data", o->data, "Length file or meta index: micro-batches from a batcher's plan");
   cmd->add_option("--root", o->root, "Second folder for a meta index's paths")->capture_default_str();
   cmd->add_option("--batcher", o->batcher, "random | random-packed | length-grouped | isf | fulcrum")->capture_default_str();
+  cmd->add_option("--vit-cap", o->vision_cap,
+                  "Vision units per micro-batch at most, for --batcher isf or fulcrum (isf: default 9 tiles)")
+      ->check(at_least(1));
+  cmd->add_option("--token-cap", o->token_cap,
+                  "LLM tokens per micro-batch at most, for --batcher isf or fulcrum (isf: default 4096)")
+      ->check(at_least(1));
   cmd->add_option("--step", o->step, "First step of the plan to simulate")->capture_default_str();
   cmd->add_option("--steps", o->steps, "Steps to simulate (the mean is reported)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the batcher's shuffle")->capture_default_str();

@@ -72,6 +72,8 @@ struct BatchParamNames {
   const char* window = "--window";
   const char* passes = "--passes";
   const char* caps = "caps and thresholds";
+  const char* vision_cap = "--vit-cap";
+  const char* search = "--search";  // nullptr where the caller offers no cap search
 };
 
 // Checks parameters that every batcher shares; throws InputError with a one-line reason in `names`' terms.

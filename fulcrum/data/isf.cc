@@ -194,10 +194,19 @@ Groups isf_groups(const Dataset& data, const IsfParams& p, OversizePolicy oversi
   return out;
 }
 
+void check_isf_caps(const BatchParams& params, const Dataset& data, const BatchParamNames& names) {
+  if (data.vision_unit() != VisionUnit::kPatchTokens || params.vision_cap > 0 || params.search) return;
+  throw InputError(fmt::format("isf on data that counts vision_tokens needs a vision cap: give {} (patch tokens a "
+                               "micro-batch may hold){}",
+                               names.vision_cap, names.search ? fmt::format(" or {}", names.search) : ""));
+}
+
 IsfParams isf_params(const BatchParams& params, const Dataset& data) {
   IsfParams p;
-  if (data.vision_unit() == VisionUnit::kPatchTokens && params.vision_cap == 0) {
-    throw InputError("isf on a dataset that counts vision_tokens needs a vision cap (in patch tokens)");
+  if (params.vision_cap == 0) {  // by now a search has given its caps
+    BatchParams unsearched = params;
+    unsearched.search = false;
+    check_isf_caps(unsearched, data);
   }
   if (params.vision_cap > 0) p.vision_cap = params.vision_cap;
   if (params.token_cap > 0) p.token_cap = params.token_cap;

@@ -59,6 +59,10 @@ class IsfBatcher : public Batcher {
                  int64_t first_step) const override;
 };
 
+// Patch tokens have no default cap (tiles have 9): on such data isf needs a vision cap or the cap search.
+// Throws InputError in `names`' terms.
+void check_isf_caps(const BatchParams& params, const Dataset& data, const BatchParamNames& names = {});
+
 // The ISF parameters a BatchParams asks for, defaults filled in (9 tiles, 4,096 tokens, text-full 4,096 − 128).
 IsfParams isf_params(const BatchParams& params, const Dataset& data);
 

@@ -28,12 +28,27 @@ IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const
   const double ratio = vision > 0 ? std::floor((tokens_rounded / n) / (vision / n)) + 1 : 4096;
   int64_t tpt = static_cast<int64_t>(std::floor(ratio / 16)) * 16;
   if (tpt < 1) tpt = std::max<int64_t>(1, static_cast<int64_t>(ratio));
+  // A tile is a step of one vision unit and its tpt tokens. A patch token is far too fine a step: patch-token
+  // data steps by 256 LLM tokens (the rounding above) and the patch tokens that come with them in the data's mix.
+  int64_t vision_step = 1, token_step = tpt;
+  int64_t vision_cap = 4096 / tpt;
+  if (data.vision_unit() == VisionUnit::kPatchTokens) {
+    const double tokens_per_patch = vision > 0 ? (tokens_rounded / n) / (vision / n) : 4096;
+    token_step = 256;
+    vision_step = std::max<int64_t>(1, std::llround(256 / tokens_per_patch));
+    vision_cap = std::max<int64_t>(1, std::llround(4096 / tokens_per_patch));
+  }
   result.tokens_per_tile = tpt;
+  result.vision_step = vision_step;
+  result.token_step = token_step;
 
-  IsfParams p = isf_params(params, data);
+  // The search starts no lower than the largest sample, which a lower cap would refuse (OmniBal's start would
+  // end the search before its first trial).
+  BatchParams start = params;  // patch-token data has no default vision cap: the search gives it one
+  start.vision_cap = std::max(vision_cap, largest_vision);
+  start.token_cap = std::max<int64_t>(4096, largest_tokens);
+  IsfParams p = isf_params(start, data);
   p.passes = 50;
-  p.token_cap = 4096;
-  p.vision_cap = 4096 / tpt;
   double max_avg = 0;
   const IsfTrial* best = nullptr;
   for (int trial = 0; trial < 64 && p.vision_cap >= largest_vision && p.token_cap >= largest_tokens; ++trial) {
@@ -51,13 +66,13 @@ IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const
     const bool have_candidate =
         std::any_of(result.trials.begin(), result.trials.end(), [](const IsfTrial& x) { return x.candidate; });
     if (max_avg <= b + 1) {
-      p.vision_cap += 1;
-      p.token_cap += tpt;
+      p.vision_cap += vision_step;
+      p.token_cap += token_step;
     } else if (have_candidate) {
       break;
     } else {
-      p.vision_cap -= 1;
-      p.token_cap -= tpt;
+      p.vision_cap -= vision_step;
+      p.token_cap -= token_step;
     }
   }
   for (const IsfTrial& t : result.trials) {

@@ -13,7 +13,9 @@ namespace fulcrum {
 // (tpt = tokens per tile of the data), grow both caps while the mean group stays at most b + 1 samples, shrink
 // them after an overshoot with no hit, and among caps giving b ≤ mean samples per group ≤ b + 1 keep the one with
 // the lowest Pad + Dist_vit + Dist_llm at the run's dp and micro-batches. b is samples_per_step / (dp·M), 4 by
-// default. Each trial runs ISF with 50 passes; the search stops after 64 trials or when Q_v would fall below 1.
+// default. Each trial runs ISF with 50 passes; the search stops after 64 trials or when a cap would fall below the
+// largest sample's load (1 with own-group oversize). On patch-token data it starts at Q_v = 4,096 LLM tokens' worth
+// of patch tokens in the data's mix and steps by 256 tokens' worth.
 struct IsfTrial {
   IsfParams params;
   double mean_group_samples = 0;
@@ -24,7 +26,11 @@ struct IsfTrial {
 struct IsfSearchResult {
   IsfParams best;
   std::vector<IsfTrial> trials;
-  int64_t tokens_per_tile = 0;
+  int64_t tokens_per_tile = 0;  // tpt
+  // Each trial's change of the caps: 1 and tpt on tile data; on patch-token data, 256 tokens and the patch
+  // tokens that come with them in the data's mix.
+  int64_t vision_step = 1;
+  int64_t token_step = 0;
 };
 
 IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const SampleCost& cost);

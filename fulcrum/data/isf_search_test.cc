@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "fulcrum/core/rng.h"
 #include "fulcrum/cost/flops_sample_cost.h"
 #include "fulcrum/data/test_data.h"
 
@@ -46,6 +49,46 @@ TEST(IsfSearch, ChoosesCapsGivingAboutBSamplesPerGroup) {
     if (t.candidate) EXPECT_LE(chosen->score, t.score);
   }
   EXPECT_EQ(r.best.text_full, r.best.token_cap - 128);
+}
+
+// Patch-token data (Qwen2-VL's dynamic resolution): no default cap to start from, so the search starts at 4,096
+// tokens' worth of patch tokens in the data's mix and steps by 256 tokens' worth, never below the largest sample.
+TEST(IsfSearch, PatchTokenDataStepsByTokensWorthAndMeetsB) {
+  Dataset d(VisionUnit::kPatchTokens);
+  Rng rng({7});
+  const uint32_t patches[] = {0, 256, 1024, 4096};
+  for (int i = 0; i < 4000; ++i) {
+    const uint32_t v = patches[rng.below(4)];
+    d.add(v, static_cast<uint32_t>(100 + rng.below(2900)), v > 0 ? 1 : 0);
+  }
+  double tokens_rounded = 0, vision = 0;
+  for (uint32_t id = 0; id < d.size(); ++id) {
+    tokens_rounded += static_cast<double>((d.tokens(id) + 255) / 256 * 256);
+    vision += d.vision(id);
+  }
+  const double tokens_per_patch = tokens_rounded / vision;
+  BatchParams params;
+  params.dp = 4;
+  const IsfSearchResult r = isf_search(d, params, FlopsSampleCost(VisionUnit::kPatchTokens));
+  EXPECT_EQ(r.token_step, 256);
+  EXPECT_EQ(r.vision_step, std::llround(256 / tokens_per_patch));
+  ASSERT_FALSE(r.trials.empty());
+  // 4,096 tokens' worth is below the 4,096-patch sample here: the search starts at that sample instead.
+  ASSERT_LT(4096 / tokens_per_patch, 4096);
+  EXPECT_EQ(r.trials[0].params.vision_cap, 4096);
+  EXPECT_EQ(r.trials[0].params.token_cap, 4096);
+  for (size_t k = 1; k < r.trials.size(); ++k) {
+    EXPECT_EQ(std::abs(r.trials[k].params.vision_cap - r.trials[k - 1].params.vision_cap), r.vision_step);
+    EXPECT_EQ(std::abs(r.trials[k].params.token_cap - r.trials[k - 1].params.token_cap), 256);
+  }
+  bool found = false;
+  for (const IsfTrial& t : r.trials) {
+    if (t.params.vision_cap != r.best.vision_cap || t.params.token_cap != r.best.token_cap) continue;
+    found = true;
+    EXPECT_GE(t.mean_group_samples, 4.0);
+    EXPECT_LE(t.mean_group_samples, 5.0);
+  }
+  EXPECT_TRUE(found);
 }
 
 }  // namespace

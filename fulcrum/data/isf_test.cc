@@ -180,6 +180,34 @@ TEST(Isf, OversizeSampleIsAnErrorOrItsOwnGroup) {
   EXPECT_THAT(as_lists(g).back(), ElementsAre(5));
 }
 
+TEST(IsfBatcher, PatchTokensNeedAVisionCapOrTheSearch) {
+  Dataset d(VisionUnit::kPatchTokens);
+  d.add(1024, 300, 1);
+  d.add(0, 200, 0);
+  BatchParams params;
+  params.dp = 1;
+  const FlopsSampleCost cost(VisionUnit::kPatchTokens);
+  try {
+    check_isf_caps(params, d, BatchParamNames{.vision_cap = "vision_cap", .search = "search=True"});
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("needs a vision cap: give vision_cap (patch tokens a micro-batch may hold) or "
+                                    "search=True"));
+  }
+  EXPECT_THROW(IsfBatcher().plan(d, params, cost, 0), InputError);  // never the 9-tile default read as 9 tokens
+  params.search = true;
+  EXPECT_NO_THROW(check_isf_caps(params, d));
+  params.search = false;
+  params.vision_cap = 2048;
+  EXPECT_NO_THROW(check_isf_caps(params, d));
+  const BatchPlan plan = IsfBatcher().plan(d, params, cost, 0);
+  EXPECT_TRUE(audit_plan(plan, d).ok(plan));
+  // Tiles keep their default.
+  Dataset tiles = five();
+  params.vision_cap = 0;
+  EXPECT_NO_THROW(check_isf_caps(params, tiles));
+}
+
 TEST(IsfBatcher, DealsGroupsEvenlyAndCompletesTheLastStep) {
   const Dataset data = testing::random_dataset(3001, 5);
   BatchParams params;

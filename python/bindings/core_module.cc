@@ -21,6 +21,7 @@
 #include "fulcrum/cost/flops_sample_cost.h"
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
+#include "fulcrum/data/isf.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/data/plan_audit.h"
@@ -148,8 +149,10 @@ std::shared_ptr<BatchPlan> make_plan(const Dataset& data, const std::string& alg
   params.seed = seed;
   params.epoch = epoch;
   // Python's names for the parameters (a window of 0 would divide by zero inside the batcher).
-  check_params(params, data, {"dp", "micro_batches", "samples_per_step", "window", "passes",
-                              "vision_cap, token_cap, text_full and vision_full"});
+  const BatchParamNames names{"dp",     "micro_batches", "samples_per_step", "window", "passes",
+                               "vision_cap, token_cap, text_full and vision_full", "vision_cap", "search=True"};
+  check_params(params, data, names);
+  if (algo == "isf") check_isf_caps(params, data, names);
   if (first_step < 0) throw InputError("first_step must not be negative");
   const std::unique_ptr<Batcher> batcher = make_batcher(algo);
   const FlopsSampleCost cost(data.vision_unit(), coefficients_from(cost_file));

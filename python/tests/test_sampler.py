@@ -436,3 +436,17 @@ def test_empty_length_lists_give_an_empty_epoch():
     # np.asarray([]) is a float array: empty lists are taken as empty integer arrays.
     sampler = fulcrum.BalancedBatchSampler(tokens=[], tiles=[], rank=0, world_size=1)
     assert len(sampler) == 0 and list(sampler) == []
+
+
+def test_isf_on_patch_tokens_needs_a_vision_cap_or_the_search():
+    # Patch tokens have no default cap as tiles have (9): the 9 would be taken for 9 patch tokens.
+    rng = np.random.default_rng(3)
+    vision = rng.choice([0, 256, 1024, 4096], size=400)
+    tokens = rng.integers(100, 3000, size=400)
+    data = fulcrum.Dataset.from_arrays(tokens, vision, None, "patch_tokens")
+    with pytest.raises(fulcrum.InputError, match=r"needs a vision cap: give vision_cap \(patch tokens a micro-batch "
+                                                 r"may hold\) or search=True"):
+        fulcrum.plan(data, algo="isf")
+    for kwargs in (dict(vision_cap=5000), dict(search=True)):
+        plan = fulcrum.plan(data, algo="isf", **kwargs)
+        assert plan.audit(data)["ok"], kwargs
