@@ -595,16 +595,22 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
     std::vector<SyncGroup> groups = sync_groups_of(in, plan.graph, candidate.waves);
     const BaselineTimes e = estimate_with(in, plan.graph, candidate.waves, groups);
     if (choice == LevelChoice::kFasterOfWavesAndSerial) plan.wavefront_makespan_seconds = candidate.makespan_seconds;
+    const char* name = choice == LevelChoice::kFasterOfWavesAndSerial ? "waves"
+                       : choice == LevelChoice::kSerialFastest    ? "fastest"
+                                                                   : "widest";
     if (choice == LevelChoice::kFasterOfWavesAndSerial || e.iteration_seconds < estimate.iteration_seconds * (1 - 1e-9)) {
+      if (choice != LevelChoice::kFasterOfWavesAndSerial) {
+        plan.alternatives.push_back({plan.arrangement, std::move(plan.waves)});
+      }
       estimate = e;
-      plan.arrangement = choice == LevelChoice::kFasterOfWavesAndSerial ? "waves"
-                         : choice == LevelChoice::kSerialFastest    ? "fastest"
-                                                                     : "widest";
+      plan.arrangement = name;
       plan.levels = std::move(candidate.levels);
       plan.waves = std::move(candidate.waves);
       plan.sync_groups = std::move(groups);
       plan.makespan_seconds = candidate.makespan_seconds;
       plan.lower_bound_seconds = candidate.lower_bound_seconds;
+    } else {
+      plan.alternatives.push_back({name, std::move(candidate.waves)});
     }
   }
   // The kept arrangement's long waves cut where their gradients' all-reduces would wait (cut_for_gradient_overlap).

@@ -110,6 +110,14 @@ struct MultitaskPlan {
   double gradient_sync_seconds = 0;   // of the group all-reduces, what outlasts the backward waves
   double iteration_seconds = 0;       // estimate_waves(): compute + transfers + gradient synchronisation
   double planner_seconds = 0;         // curves, levels, waves, placement (wall time)
+  // The arrangements the estimate ranked below the kept one, placed but not cut for gradient overlap: the
+  // estimate leaves out the recomputation that memory calls for only once an arrangement is simulated, so a
+  // caller who can simulate them ranks them again.
+  struct Alternative {
+    std::string arrangement;
+    std::vector<PlannedWave> waves;
+  };
+  std::vector<Alternative> alternatives;
 };
 
 // InputError when an input is missing, the cluster has fewer devices than one, or a MetaOp has no valid count.
