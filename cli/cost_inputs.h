@@ -2,7 +2,6 @@
 #define FULCRUM_CLI_COST_INPUTS_H_
 
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "fulcrum/core/dataset.h"
@@ -41,15 +40,15 @@ void check_data_fits_the_model(const Dataset& data, const std::string& data_name
                                const std::string& model_name);
 
 // Runs `batch` (a batcher's plan, a cap search), naming `data_name` in an InputError about the data as a whole
-// (a step it cannot fill, caps no search finds); errors about one sample already name its file and record.
+// (a step it cannot fill, caps no search finds); a SampleError already names its sample's file and record.
 template <typename Batch>
 auto naming_the_data(const std::string& data_name, Batch&& batch) -> decltype(batch()) {
   try {
     return batch();
+  } catch (const SampleError&) {
+    throw;
   } catch (const InputError& e) {
-    const std::string_view what = e.what();
-    if (what.starts_with(data_name + ":")) throw;
-    throw InputError(data_name + ": " + std::string(what));
+    throw InputError(data_name + ": " + e.what());
   }
 }
 

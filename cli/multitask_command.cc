@@ -97,13 +97,6 @@ double peak_bytes(const SimResult& r) {
   return most;
 }
 
-// Each arrangement the planner made, by name, with its simulated iteration.
-Json arrangements_json(const std::vector<std::pair<std::string, double>>& arrangements) {
-  Json out = Json::object();
-  for (const auto& [name, seconds] : arrangements) out[name] = {{"iteration_seconds", seconds}};
-  return out;
-}
-
 // The planner's estimate of an arrangement (estimate_waves), recomputation included where it recomputes.
 Json estimate_json(const BaselineTimes& e) {
   return {{"iteration_seconds", e.iteration_seconds},
@@ -228,8 +221,10 @@ struct Arrangements {
   int min_tp = 1;
   MultitaskPlan plan;
   Timed planned, sequential, per_task, task_greedy;
-  // Each of the planner's arrangements (its pick first) and its simulated iteration; `planned` is the fastest.
-  std::vector<std::pair<std::string, double>> planner_arrangements;
+  // Each of the planner's arrangements by name, as simulated (timed_json; the estimate's pick first); `planned` is
+  // the fastest (runs_better), `planned_levels` its levels.
+  Json planner_arrangements = Json::object();
+  std::vector<LevelPlan> planned_levels;
   // The planner picks among its own arrangements by its estimate; the simulator has run every arrangement, and
   // a user should never be handed one slower than another it has already run: the fastest is kept. `sequential`
   // is what Megatron-LM and DeepSpeed already run, so another arrangement replaces it only where it fits and
@@ -313,11 +308,15 @@ Arrangements arrange(const MultitaskInputs& in, bool timeline) {
     return run_waves(name, e, std::move(waves));
   };
   // The planner's other arrangements, ranked again by the simulator: its estimate knew no recomputation.
-  a.planner_arrangements.push_back({a.planned.name, a.planned.simulated.iteration_seconds});
+  a.planned_levels = plan.levels;
+  a.planner_arrangements[a.planned.name] = timed_json(a.planned);
   for (const MultitaskPlan::Alternative& alternative : plan.alternatives) {
     Timed t = baseline(alternative.arrangement.c_str(), alternative.waves);
-    a.planner_arrangements.push_back({t.name, t.simulated.iteration_seconds});
-    if (runs_better(t, a.planned)) a.planned = std::move(t);
+    a.planner_arrangements[t.name] = timed_json(t);
+    if (runs_better(t, a.planned)) {
+      a.planned = std::move(t);
+      a.planned_levels = alternative.levels;
+    }
   }
   a.sequential = baseline("sequential", sequential_waves(in, plan));
   a.per_task = baseline("per-task", per_task_waves(in, plan));
@@ -464,7 +463,7 @@ void run(const MultitaskOptions& o) {
                        {"slices", slices}});
     }
     Json levels = Json::array();
-    for (const LevelPlan& l : plan.levels) {
+    for (const LevelPlan& l : planned->planned_levels) {
       levels.push_back({{"metaops", l.metaops.size()},
                         {"serial", l.serial},
                         {"lower_bound_seconds", l.relaxation.makespan_seconds},
@@ -481,7 +480,7 @@ void run(const MultitaskOptions& o) {
                    {"iteration_seconds", iteration},
                    {"arrangement", chosen.name},
                    {"planner_arrangement", plan.arrangement},
-                   {"planner_arrangements", arrangements_json(planned->planner_arrangements)},
+                   {"planner_arrangements", planned->planner_arrangements},
                    {"makespan_seconds", chosen.estimate.makespan_seconds},
                    {"wavefront_makespan_seconds", plan.wavefront_makespan_seconds},
                    {"lower_bound_seconds", plan.lower_bound_seconds},

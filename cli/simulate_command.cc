@@ -109,6 +109,10 @@ Json breakdown_json(const TimeBreakdown& t) {
 // Each step's micro-batch loads per data-parallel replica, from a batcher's plan of the dataset.
 std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const ModelSpec& model,
                                             const CostModel& cost_model, Dtype dtype, int dp, int micro_batches) {
+  make_batcher(o.batcher);  // an unknown name refused before the data is read
+  if ((o.vision_cap > 0 || o.token_cap > 0) && o.batcher != "isf" && o.batcher != "fulcrum") {
+    throw InputError(fmt::format("--vit-cap and --token-cap apply to --batcher isf and fulcrum, not {}", o.batcher));
+  }
   LoadedData loaded = load_dataset(o.data, {o.root, false, &warnings()});
   const Dataset& data = loaded.dataset;
   check_data_fits_the_model(data, o.data, model, o.model);
@@ -120,15 +124,12 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
   params.oversize = OversizePolicy::kOwnGroup;
   params.vision_cap = o.vision_cap;
   params.token_cap = o.token_cap;
-  if ((o.vision_cap > 0 || o.token_cap > 0) && o.batcher != "isf" && o.batcher != "fulcrum") {
-    throw InputError(fmt::format("--vit-cap and --token-cap apply to --batcher isf and fulcrum, not {}", o.batcher));
-  }
   if (o.batcher == "isf") {
     naming_the_data(o.data, [&] { check_isf_caps(params, data, BatchParamNames{.search = nullptr}); });
   }
   const ModelSampleCost cost(model, cost_model, dtype);
-  const BatchPlan plan =
-      naming_the_data(o.data, [&] { return make_batcher(o.batcher)->plan(data, params, cost); });
+  const std::unique_ptr<Batcher> batcher = make_batcher(o.batcher);
+  const BatchPlan plan = naming_the_data(o.data, [&] { return batcher->plan(data, params, cost); });
   if (o.step < 0) throw InputError(fmt::format("--step must not be negative, got {}", o.step));
   if (o.steps > plan.steps() || o.step > plan.steps() - o.steps) {  // no sum that could overflow
     throw InputError(fmt::format("{}: --step {} and --steps {} ask for steps past the epoch's {} steps of {} samples",

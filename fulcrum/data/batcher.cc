@@ -66,7 +66,7 @@ int64_t first_oversize_sample(const Dataset& data, int64_t vision_cap, int64_t t
 
 void throw_oversize(const Dataset& data, uint32_t id, int64_t vision_cap, int64_t token_cap) {
   const char* unit = data.vision_unit() == VisionUnit::kTiles ? "tiles" : "vision tokens";
-  throw InputError(fmt::format("{} ({} {}, {} tokens) exceeds the micro-batch caps ({} {}, {} tokens); raise the "
+  throw SampleError(fmt::format("{} ({} {}, {} tokens) exceeds the micro-batch caps ({} {}, {} tokens); raise the "
                                "caps or give such samples micro-batches of their own (--oversize own-group; in "
                                "Python, oversize=\"own-group\")",
                                data.describe_sample(id), data.vision(id), unit, data.tokens(id),

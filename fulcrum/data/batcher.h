@@ -81,7 +81,7 @@ void check_params(const BatchParams& params, const Dataset& data, const BatchPar
 
 // The id of the first sample over a cap, or -1. Caps of 0 are not checked.
 int64_t first_oversize_sample(const Dataset& data, int64_t vision_cap, int64_t token_cap);
-// Throws the InputError for a sample over the caps, naming it.
+// Throws the SampleError for a sample over the caps, naming it.
 [[noreturn]] void throw_oversize(const Dataset& data, uint32_t id, int64_t vision_cap, int64_t token_cap);
 
 }  // namespace fulcrum

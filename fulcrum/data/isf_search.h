@@ -10,7 +10,8 @@
 namespace fulcrum {
 
 // OmniBal's search for ISF caps (reference/omnibal.md §3.5): start from Q_t = 4,096 and Q_v = ⌊4096 / tpt⌋
-// (tpt = tokens per tile of the data), grow both caps while the mean group stays at most b + 1 samples, shrink
+// (tpt = tokens per tile of the data), each raised to the largest sample's load where it is below (OmniBal's search
+// would end there before its first trial), grow both caps while the mean group stays at most b + 1 samples, shrink
 // them after an overshoot with no hit, and among caps giving b ≤ mean samples per group ≤ b + 1 keep the one with
 // the lowest Pad + Dist_vit + Dist_llm at the run's dp and micro-batches. b is samples_per_step / (dp·M), 4 by
 // default. Each trial runs ISF with 50 passes; the search stops after 64 trials or when a cap would fall below the

@@ -534,6 +534,9 @@ class Planner {
       params.samples_per_step = r_.gbs;
       params.seed = r_.seed;
       params.oversize = OversizePolicy::kOwnGroup;
+      // ISF's caps are 9 tiles and 4,096 tokens; patch tokens have no such default, so OmniBal's own cap search
+      // sets them, for this configuration's samples per micro-batch.
+      params.search = batcher == "isf" && data_->vision_unit() == VisionUnit::kPatchTokens;
       const BatchPlan plan = make_batcher(batcher)->plan(*data_, params, sample_cost);
       LoadSet set;
       set.steps_per_epoch = plan.steps();

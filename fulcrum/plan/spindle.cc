@@ -600,7 +600,7 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
                                                                    : "widest";
     if (choice == LevelChoice::kFasterOfWavesAndSerial || e.iteration_seconds < estimate.iteration_seconds * (1 - 1e-9)) {
       if (choice != LevelChoice::kFasterOfWavesAndSerial) {
-        plan.alternatives.push_back({plan.arrangement, std::move(plan.waves)});
+        plan.alternatives.push_back({plan.arrangement, std::move(plan.levels), std::move(plan.waves)});
       }
       estimate = e;
       plan.arrangement = name;
@@ -610,7 +610,7 @@ MultitaskPlan plan_multitask(const MultitaskInputs& in) {
       plan.makespan_seconds = candidate.makespan_seconds;
       plan.lower_bound_seconds = candidate.lower_bound_seconds;
     } else {
-      plan.alternatives.push_back({name, std::move(candidate.waves)});
+      plan.alternatives.push_back({name, std::move(candidate.levels), std::move(candidate.waves)});
     }
   }
   // The kept arrangement's long waves cut where their gradients' all-reduces would wait (cut_for_gradient_overlap).

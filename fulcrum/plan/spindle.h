@@ -115,6 +115,7 @@ struct MultitaskPlan {
   // caller who can simulate them ranks them again.
   struct Alternative {
     std::string arrangement;
+    std::vector<LevelPlan> levels;
     std::vector<PlannedWave> waves;
   };
   std::vector<Alternative> alternatives;

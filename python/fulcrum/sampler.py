@@ -233,6 +233,9 @@ class BalancedBatchSampler:
                 f"world_size × micro_batches = {world_size * micro_batches}")
         if algo not in _core.batcher_names():
             raise ValueError(f"algo must be one of {', '.join(_core.batcher_names())}; got {algo!r}")
+        if algo == "isf" and self.dataset.vision_unit == "patch_tokens" and vision_cap == 0 and search is False:
+            raise ValueError("isf on data that counts vision_tokens needs a vision cap: give vision_cap (patch tokens "
+                             "a micro-batch may hold) or search=True")
         if oversize not in ("error", "own-group", "own_group"):
             raise ValueError(f"oversize must be \"error\" or \"own-group\", got {oversize!r}")
         if cost is not None and not os.path.isfile(cost):

@@ -450,3 +450,10 @@ def test_isf_on_patch_tokens_needs_a_vision_cap_or_the_search():
     for kwargs in (dict(vision_cap=5000), dict(search=True)):
         plan = fulcrum.plan(data, algo="isf", **kwargs)
         assert plan.audit(data)["ok"], kwargs
+    # The sampler refuses it when it is made, not at its first epoch.
+    with pytest.raises(ValueError, match=r"needs a vision cap: give vision_cap"):
+        fulcrum.BalancedBatchSampler(tokens=tokens, vision_tokens=vision, algo="isf", rank=0, world_size=1)
+    for kwargs in (dict(vision_cap=5000), dict(search=True)):
+        sampler = fulcrum.BalancedBatchSampler(tokens=tokens, vision_tokens=vision, algo="isf", rank=0, world_size=1,
+                                               **kwargs)
+        assert sorted(i for batch in sampler for i in batch) == list(range(400)), kwargs
