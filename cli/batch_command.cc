@@ -233,8 +233,8 @@ void run_batch(BatchOptions& o) {
   check_params(o.params, data);
   if (model_cost && model_cost->vision_unit() != data.vision_unit()) {
     throw InputError(fmt::format("{}: counts vision in {}, but model '{}' takes {}", o.data,
-                                 vision_unit_name(data.vision_unit()), o.model,
-                                 vision_unit_name(model_cost->vision_unit())));
+                                 vision_unit_text(data.vision_unit()), o.model,
+                                 vision_unit_text(model_cost->vision_unit())));
   }
   if (profile) warnings() << profile_unused_warning(o.profile, *profile, profile_applied, dtype);
   const FlopsSampleCost flops_cost(data.vision_unit(), coefficients);

@@ -73,6 +73,12 @@ TEST_F(Cli, BadInputTable) {
   const BadCase cases[] = {
       {"malformed_json", R"([{"vit_num": 5, "token_num": 811)", "batch --data {file} --dp 2 --out {out}",
        "record 0: malformed JSON: the file ends inside the record (byte 32)"},
+      // Text that is not JSON inside a record, which simdjson finds only as it reads the record: placed at its byte
+      // (Python's json module places these two at characters 46 and 65).
+      {"malformed_inside_record", R"([{"vit_num": 5, "token_num": 811}, {"vit_num" 1, "token_num": 3}])",
+       "batch --data {file} --dp 2 --out {out}", "record 1: malformed JSON at byte 46"},
+      {"trailing_comma_in_record", R"([{"vit_num": 5, "token_num": 811}, {"vit_num": 1, "token_num": 3,}])",
+       "batch --data {file} --dp 2 --out {out}", "record 1: malformed JSON at byte 65"},
       {"missing_field", R"([{"vit_num": 5, "token_num": 811}, {"vit_num": 1}])", "batch --data {file} --dp 2 --out {out}",
        "record 1: missing field token_num"},
       {"non_integer", R"([{"vit_num": 5.5, "token_num": 811}])", "batch --data {file} --dp 2 --out {out}",
@@ -192,10 +198,10 @@ TEST_F(Cli, BadInputTable) {
       {"report_kind_a_number", R"({"kind": 5})", "report --plan {file} --out {out}", "not a plan file"},
       {"plan_vision_unit", R"([{"vision_tokens": 256, "token_num": 300}])",
        "plan --model internvl-chat-1.5 --cluster a100:8 --gbs 8 --data {file} --no-baselines --out {out}",
-       ": counts vision in patch_tokens, but model 'internvl-chat-1.5' takes tiles"},
+       ": counts vision in patch tokens (vision_tokens), but model 'internvl-chat-1.5' takes tiles (vit_num)"},
       {"simulate_vision_unit", R"([{"vision_tokens": 256, "token_num": 300}])",
        "simulate --model internvl-chat-1.5 --cluster a100:8 --gbs 8 --data {file}",
-       ": counts vision in patch_tokens, but model 'internvl-chat-1.5' takes tiles"},
+       ": counts vision in patch tokens (vision_tokens), but model 'internvl-chat-1.5' takes tiles (vit_num)"},
       {"loaded_schedule_other_cluster", "", "simulate --model gpt-11b --cluster a100:32 --gbs 8 --load-schedule "
        "fuzz/seeds/simulate_fuzz/1f1b.json", "1f1b.json: the schedule's DP 2 × TP 4 × PP 2 = 16 devices, but the "
        "cluster 'a100:32' has 32"},

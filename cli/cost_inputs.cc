@@ -34,8 +34,8 @@ void check_data_fits_the_model(const Dataset& data, const std::string& data_name
   if (model.has_encoder()) {
     if (vision_unit_of(model) != data.vision_unit()) {
       throw InputError(fmt::format("{}: counts vision in {}, but model '{}' takes {}", data_name,
-                                   vision_unit_name(data.vision_unit()), model_name,
-                                   vision_unit_name(vision_unit_of(model))));
+                                   vision_unit_text(data.vision_unit()), model_name,
+                                   vision_unit_text(vision_unit_of(model))));
     }
     return;
   }

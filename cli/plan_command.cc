@@ -460,7 +460,8 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Threads simulating candidates")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the batchers' shuffle")->capture_default_str();
   cmd->add_flag("--ablation", o->ablation,
-                "Also plan megatron, + Fulcrum's batches, + exact partition, + adaptive recomputation, + zero-bubble");
+                "Also plan megatron, + Fulcrum's batches, + exact partition, + adaptive recomputation, + zero-bubble, + "
+                "encoders in bubbles");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   return [o] { run_plan(*o); };

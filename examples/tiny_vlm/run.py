@@ -1,4 +1,4 @@
-"""Trains tiny_vlm on this machine's CPUs under one of five layouts and measures its speed.
+"""Trains tiny_vlm on this machine's CPUs under one of six layouts and measures its speed.
 
     python examples/tiny_vlm/run.py --mode dp-fulcrum --steps 30 --repeats 3 --out result.json
 

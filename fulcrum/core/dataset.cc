@@ -13,6 +13,10 @@ std::string_view vision_unit_name(VisionUnit unit) {
   return unit == VisionUnit::kTiles ? "tiles" : "patch_tokens";
 }
 
+std::string_view vision_unit_text(VisionUnit unit) {
+  return unit == VisionUnit::kTiles ? "tiles (vit_num)" : "patch tokens (vision_tokens)";
+}
+
 std::string Dataset::describe_sample(uint32_t id) const {
   for (const DatasetSource& source : sources_) {
     if (id >= source.first_id && id - source.first_id < source.samples && source.records > 0) {

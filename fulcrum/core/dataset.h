@@ -13,6 +13,9 @@ namespace fulcrum {
 // (Qwen2-VL's `vision_tokens`). One dataset uses one unit.
 enum class VisionUnit { kTiles, kPatchTokens };
 std::string_view vision_unit_name(VisionUnit unit);
+// The unit as a message names it, with its field in a length file: "tiles (vit_num)", "patch tokens
+// (vision_tokens)".
+std::string_view vision_unit_text(VisionUnit unit);
 
 // One training sample as the balancers see it.
 struct Sample {

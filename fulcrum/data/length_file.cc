@@ -82,16 +82,17 @@ std::string_view json_error_text(simdjson::error_code error) { return simdjson::
 // True when nothing but whitespace follows what was read (simdjson reports the end as out of bounds).
 bool at_end(od::document& doc) { return doc.current_location().error() == simdjson::OUT_OF_BOUNDS; }
 
-// Reads the fields of one JSON object record.
-void read_json_record(od::object object, RecordSink& sink, std::string_view where, RecordFields& r) {
+// Reads the fields of one JSON object record. simdjson finds text that is not JSON inside a record only as it
+// reads it: `malformed(error)` refuses the file there, and does not return.
+template <typename Malformed>
+void read_json_record(od::object object, RecordSink& sink, std::string_view where, RecordFields& r,
+                      Malformed&& malformed) {
   r = RecordFields{};
   for (auto field_result : object) {
     od::field field;
-    if (auto error = std::move(field_result).get(field)) sink.fail(where, fmt::format("malformed JSON ({})", json_error_text(error)));
+    if (auto error = std::move(field_result).get(field)) malformed(error);
     std::string_view key;
-    if (auto error = field.unescaped_key().get(key)) {
-      sink.fail(where, fmt::format("malformed JSON ({})", json_error_text(error)));
-    }
+    if (auto error = field.unescaped_key().get(key)) malformed(error);
     std::optional<int64_t>* slot = nullptr;
     if (key == "vit_num") slot = &r.vit_num;
     else if (key == "vision_tokens") slot = &r.vision_tokens;
@@ -118,10 +119,15 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
 // parser's, which found it there (the two may stop at different faults). Run only once the file is known to be bad.
 class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
  public:
-  [[noreturn]] static void refuse(std::string_view text, const std::string& file, simdjson::error_code error) {
+  // `where`: the record simdjson was reading, named where the second parser finds nothing wrong.
+  [[noreturn]] static void refuse(std::string_view text, const std::string& file, simdjson::error_code error,
+                                  std::string_view where = {}) {
     JsonArrayRefusal place;
     nlohmann::json::sax_parse(text, &place);
-    if (!place.byte_) throw InputError(fmt::format("{}: malformed JSON ({})", file, json_error_text(error)));
+    if (!place.byte_) {
+      throw InputError(fmt::format("{}: {}malformed JSON ({})", file, where.empty() ? "" : fmt::format("{}: ", where),
+                                   json_error_text(error)));
+    }
     // A record is an element of the top-level array: depth 2 or more is inside one.
     const bool in_record = place.depth_ >= 2;
     const std::string record = in_record ? fmt::format("record {}: ", place.records_) : "";
@@ -200,12 +206,14 @@ void parse_json_array(std::string_view text, const std::string& file, RecordSink
   uint64_t index = 0;
   for (auto element : array) {
     const std::string where = fmt::format("record {}", index);
+    // Text that is not JSON is placed at its byte, as when simdjson refuses the whole file.
+    const auto malformed = [&](simdjson::error_code error) { JsonArrayRefusal::refuse(text, file, error, where); };
     od::object object;
     if (auto error = element.get_object().get(object)) {
-      sink.fail(where, error == simdjson::INCORRECT_TYPE ? std::string("expected a JSON object")
-                                                         : fmt::format("malformed JSON ({})", json_error_text(error)));
+      if (error != simdjson::INCORRECT_TYPE) malformed(error);
+      sink.fail(where, "expected a JSON object");
     }
-    read_json_record(object, sink, where, fields);
+    read_json_record(object, sink, where, fields, malformed);
     sink.add(fields, where);
     ++index;
   }
@@ -235,7 +243,9 @@ void parse_json_lines(std::string_view text, RecordSink& sink) {
       sink.fail(where, error == simdjson::INCORRECT_TYPE ? std::string("expected a JSON object")
                                                          : fmt::format("malformed JSON ({})", json_error_text(error)));
     }
-    read_json_record(object, sink, where, fields);
+    read_json_record(object, sink, where, fields, [&](simdjson::error_code error) {
+      sink.fail(where, fmt::format("malformed JSON ({})", json_error_text(error)));
+    });
     if (!at_end(doc)) sink.fail(where, "malformed JSON (content after the object)");
     sink.add(fields, where);
   }

@@ -521,8 +521,8 @@ class Planner {
     // A model without an encoder reads no vision (the LLM alone of a multimodal model keeps its data's counts).
     if (r_.model.has_encoder() && sample_cost.vision_unit() != data_->vision_unit()) {
       throw InputError(fmt::format("the data counts vision in {}, but model '{}' takes {}",
-                                   vision_unit_name(data_->vision_unit()), r_.model.name,
-                                   vision_unit_name(sample_cost.vision_unit())));
+                                   vision_unit_text(data_->vision_unit()), r_.model.name,
+                                   vision_unit_text(sample_cost.vision_unit())));
     }
     const std::string batcher = recipe_.batcher;
     for (const ParallelConfig& c : configs) {
