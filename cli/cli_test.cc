@@ -398,6 +398,28 @@ TEST_F(Cli, IsfBatchesPatchTokenDataWithTheSearchOrGivenCaps) {
                              "--strategy omnibal --no-baselines --quiet --json --data " + data);
   ASSERT_EQ(omnibal.status, 0) << omnibal.err;
   EXPECT_EQ(nlohmann::json::parse(omnibal.out)["plan"]["batcher"], "isf");
+
+  // Where the search finds no caps for a configuration's samples per micro-batch (samples of 16,384 patch tokens
+  // beside short ones, 64 trials of 256 tokens' worth), that configuration is left out, and said so; with none left
+  // the plan is refused, naming the data.
+  nlohmann::json wide = nlohmann::json::array();
+  for (int i = 0; i < 2000; ++i) {
+    wide.push_back({{"vision_tokens", std::vector<int>{0, 1024, 4096, 16384}[i % 4]}, {"token_num", 100 + (i * 37) % 7900}});
+  }
+  const std::string wide_data = write("wide.json", wide.dump());
+  const std::string plan_wide = "plan --model data/modelcfg/qwen2_vl_2b_instruct.config.json --strategy omnibal "
+                                "--no-baselines --quiet --data " + wide_data;
+  const Result some = run(plan_wide + " --cluster a100:2 --gbs 32 --json");
+  ASSERT_EQ(some.status, 0) << some.err;
+  const auto s = nlohmann::json::parse(some.out);
+  ASSERT_FALSE(s["left_out"].empty());
+  for (const auto& reason : s["left_out"]) {
+    EXPECT_NE(reason.get<std::string>().find("the isf cap search found no caps"), std::string::npos) << reason;
+  }
+  const Result none = run(plan_wide + " --cluster a100:1 --gbs 32 --config 1,1,1,1,4");
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.err.find("wide.json: no configuration's batches could be made: DP 1 × 8 micro-batches"),
+            std::string::npos) << none.err;
 }
 
 // An output named by a symbolic link replaces the file the link names and keeps the link; an empty value is refused,
@@ -798,6 +820,7 @@ TEST_F(Cli, SimulateBadInputTable) {
       {"--model gpt-11b --cluster cpu:2 --gbs 2 --dtype fp8",
        "dtype fp8 needs fp8 tensor cores (h100, h200); cpu has none"},
       {"--model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --dtype fp4", "--dtype"},
+      {"--model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --batcher bogus", "unknown batcher 'bogus'"},
       {"--model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --profile no-such-profile.json",
        "no-such-profile.json: cannot open"},
   };
@@ -1214,8 +1237,17 @@ TEST_F(Cli, MultitaskSimulatesEveryArrangementThePlannerMade) {
       EXPECT_LE(kept, fastest) << args;
       EXPECT_LT(kept, sequential * 0.99) << args;
     }
-    // The levels are the kept arrangement's: a level whose MetaOps run in turn has one slice a wave.
+    // The levels are the planner's fastest arrangement's, the one kept where a baseline is not: a level whose
+    // MetaOps run in turn has one slice a wave.
+    ASSERT_TRUE(made.contains(j["levels_of"].get<std::string>())) << args;
+    for (const auto& [name, arrangement] : made.items()) {
+      if (arrangement["fits"].get<bool>()) {
+        EXPECT_LE(made[j["levels_of"].get<std::string>()]["iteration_seconds"].get<double>(),
+                  arrangement["iteration_seconds"].get<double>()) << args << ": " << name;
+      }
+    }
     if (made.contains(j["arrangement"].get<std::string>())) {
+      EXPECT_EQ(j["levels_of"], j["arrangement"]) << args;
       for (const auto& w : j["waves"]) {
         if (j["levels"][w["level"].get<size_t>()]["serial"].get<bool>()) {
           EXPECT_EQ(w["slices"].size(), 1u) << args << ": a wave of serial level " << w["level"];

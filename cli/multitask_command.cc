@@ -481,6 +481,7 @@ void run(const MultitaskOptions& o) {
                    {"arrangement", chosen.name},
                    {"planner_arrangement", plan.arrangement},
                    {"planner_arrangements", planned->planner_arrangements},
+                   {"levels_of", planned->planned.name},
                    {"makespan_seconds", chosen.estimate.makespan_seconds},
                    {"wavefront_makespan_seconds", plan.wavefront_makespan_seconds},
                    {"lower_bound_seconds", plan.lower_bound_seconds},

@@ -231,6 +231,7 @@ void run_plan(const PlanOptions& o) {
     loaded = load_dataset(o.data, {o.root, false, &warnings()});
     check_data_fits_the_model(loaded->dataset, o.data, request.model, o.model);
     request.data = &loaded->dataset;
+    request.data_name = o.data;
   }
   const TrainingPlan plan = make_plan(strategy, request);
   // What users run today, on the same data.
@@ -363,7 +364,8 @@ void run_plan(const PlanOptions& o) {
              {"speedup_vs", speedup},
              {"fraction_of_bound", fraction_of_bound},
              {"candidates", plan.candidates},
-             {"feasible", plan.feasible}};
+             {"feasible", plan.feasible},
+             {"left_out", plan.left_out}};
     if (request.profile) {
       out["profile"] = {{"file", o.profile}, {"device", request.profile->device},
                         {"entries", request.profile->entries.size()}, {"entries_applied", profile_applied}};
@@ -415,6 +417,10 @@ void run_plan(const PlanOptions& o) {
   }
   std::cout << fmt::format("  {} configurations, {} fit; searched in {:.2f} s\n", plan.candidates, plan.feasible,
                            search_seconds);
+  if (!plan.left_out.empty()) {
+    std::cout << fmt::format("  {} (DP, micro-batches) left out, their batches not made; the first: {}\n",
+                             plan.left_out.size(), plan.left_out.front());
+  }
   if (o.ablation) {
     std::cout << "  ablation, one change at a time:\n";
     for (const TrainingPlan& p : ablation) {

@@ -109,7 +109,6 @@ Json breakdown_json(const TimeBreakdown& t) {
 // Each step's micro-batch loads per data-parallel replica, from a batcher's plan of the dataset.
 std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const ModelSpec& model,
                                             const CostModel& cost_model, Dtype dtype, int dp, int micro_batches) {
-  make_batcher(o.batcher);  // an unknown name refused before the data is read
   if ((o.vision_cap > 0 || o.token_cap > 0) && o.batcher != "isf" && o.batcher != "fulcrum") {
     throw InputError(fmt::format("--vit-cap and --token-cap apply to --batcher isf and fulcrum, not {}", o.batcher));
   }
@@ -160,6 +159,7 @@ std::string schedule_text(const std::string& text, const std::string& file) {
 }
 
 void run_simulate(const SimulateOptions& o) {
+  make_batcher(o.batcher);  // an unknown name refused whether or not --data is given
   const auto start = Clock::now();
   ModelSpec model = load_model(o.model);
   ClusterSpec cluster = load_cluster(o.cluster);

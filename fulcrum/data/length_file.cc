@@ -82,17 +82,62 @@ std::string_view json_error_text(simdjson::error_code error) { return simdjson::
 // True when nothing but whitespace follows what was read (simdjson reports the end as out of bounds).
 bool at_end(od::document& doc) { return doc.current_location().error() == simdjson::OUT_OF_BOUNDS; }
 
+// Reads a value the record does not use, all of it: simdjson skips such a value without checking that it is JSON.
+// Returns the first error.
+simdjson::error_code check_skipped_value(od::value value) {
+  od::json_type type;
+  if (auto error = value.type().get(type)) return error;
+  switch (type) {
+    case od::json_type::object: {
+      od::object object;
+      if (auto error = value.get_object().get(object)) return error;
+      for (auto field_result : object) {
+        od::field field;
+        if (auto error = std::move(field_result).get(field)) return error;
+        std::string_view key;
+        if (auto error = field.unescaped_key().get(key)) return error;
+        if (auto error = check_skipped_value(field.value())) return error;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::array: {
+      od::array array;
+      if (auto error = value.get_array().get(array)) return error;
+      for (auto element : array) {
+        od::value item;
+        if (auto error = element.get(item)) return error;
+        if (auto error = check_skipped_value(item)) return error;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::string: return value.get_string().error();
+    case od::json_type::number: return value.get_number().error();
+    case od::json_type::boolean: return value.get_bool().error();
+    case od::json_type::null: {
+      bool null = false;
+      if (auto error = value.is_null().get(null)) return error;
+      return null ? simdjson::SUCCESS : simdjson::N_ATOM_ERROR;
+    }
+  }
+  return simdjson::INCORRECT_TYPE;
+}
+
 // Reads the fields of one JSON object record. simdjson finds text that is not JSON inside a record only as it
 // reads it: `malformed(error)` refuses the file there, and does not return.
 template <typename Malformed>
 void read_json_record(od::object object, RecordSink& sink, std::string_view where, RecordFields& r,
                       Malformed&& malformed) {
+  // A `malformed` that returned would leave the field unread: a fault here, never a record read on.
+  const auto refuse = [&](simdjson::error_code error) {
+    malformed(error);
+    throw InternalError(fmt::format("{}: a malformed record was not refused", where));
+  };
   r = RecordFields{};
   for (auto field_result : object) {
     od::field field;
-    if (auto error = std::move(field_result).get(field)) malformed(error);
+    if (auto error = std::move(field_result).get(field)) refuse(error);
     std::string_view key;
-    if (auto error = field.unescaped_key().get(key)) malformed(error);
+    if (auto error = field.unescaped_key().get(key)) refuse(error);
     std::optional<int64_t>* slot = nullptr;
     if (key == "vit_num") slot = &r.vit_num;
     else if (key == "vision_tokens") slot = &r.vision_tokens;
@@ -107,7 +152,9 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
       std::string_view task;
       if (field.value().get_string().get(task)) sink.fail(where, "task must be a string");
       r.task.assign(task);
-    }  // other fields are allowed and skipped
+    } else if (auto error = check_skipped_value(field.value())) {  // other fields are allowed, and read through
+      refuse(error);
+    }
   }
 }
 
@@ -119,6 +166,13 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
 // parser's, which found it there (the two may stop at different faults). Run only once the file is known to be bad.
 class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
  public:
+  // Whether the second parser finds the text well-formed JSON.
+  static bool well_formed(std::string_view text) {
+    JsonArrayRefusal place;
+    nlohmann::json::sax_parse(text, &place);
+    return !place.byte_;
+  }
+
   // `where`: the record simdjson was reading, named where the second parser finds nothing wrong.
   [[noreturn]] static void refuse(std::string_view text, const std::string& file, simdjson::error_code error,
                                   std::string_view where = {}) {
@@ -210,7 +264,8 @@ void parse_json_array(std::string_view text, const std::string& file, RecordSink
     const auto malformed = [&](simdjson::error_code error) { JsonArrayRefusal::refuse(text, file, error, where); };
     od::object object;
     if (auto error = element.get_object().get(object)) {
-      if (error != simdjson::INCORRECT_TYPE) malformed(error);
+      // Not an object: a value of another type, or text that is not JSON (`[{...},]`, `tru`), placed at its byte.
+      if (error != simdjson::INCORRECT_TYPE || !JsonArrayRefusal::well_formed(text)) malformed(error);
       sink.fail(where, "expected a JSON object");
     }
     read_json_record(object, sink, where, fields, malformed);

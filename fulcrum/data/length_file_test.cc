@@ -42,6 +42,33 @@ TEST(LengthFile, ReadsOmniBalArray) {
   EXPECT_EQ(d.images(1), 0);
 }
 
+// Fields a record does not use are read through, not skipped unread: text in them that is not JSON is refused,
+// as Python's json module refuses it (at the same character where the two parsers agree on where it lies).
+TEST(LengthFile, MalformedTextInAFieldNotUsedIsRefused) {
+  const std::string nested = R"([{"vit_num": 1, "token_num": 5, "x": [1, {"b": [null, true, "s", 2.5e3]}]}])";
+  EXPECT_EQ(parse(nested, LengthFormat::kJsonArray).size(), 1u);
+  EXPECT_EQ(parse(R"({"vit_num": 1, "token_num": 5, "x": {"y": [false]}})", LengthFormat::kJsonLines).size(), 1u);
+  EXPECT_THAT(error_of(R"([{"vit_num":1,"token_num":5,"x":[1,,2]}])", LengthFormat::kJsonArray),
+              HasSubstr("f.json: record 0: malformed JSON at byte 35"));
+  EXPECT_THAT(error_of(R"([{"vit_num":1,"token_num":5,"x":{"a" 1}}])", LengthFormat::kJsonArray),
+              HasSubstr("f.json: record 0: malformed JSON at byte 37"));
+  for (const char* literal : {"tru", "nul", "fals", "1x"}) {
+    EXPECT_THAT(error_of(std::string(R"([{"vit_num":1,"token_num":5,"x":)") + literal + "}]", LengthFormat::kJsonArray),
+                HasSubstr("f.json: record 0: malformed JSON"))
+        << literal;
+    EXPECT_THAT(error_of(std::string(R"({"vit_num":1,"token_num":5,"x":)") + literal + "}", LengthFormat::kJsonLines),
+                HasSubstr("f.json: line 1: malformed JSON"))
+        << literal;
+  }
+  // A comma after the last record, or a bad literal as one, is text that is not JSON, not a record of another type.
+  EXPECT_THAT(error_of(R"([{"vit_num":1,"token_num":5},])", LengthFormat::kJsonArray),
+              HasSubstr("f.json: malformed JSON at byte 29"));
+  EXPECT_THAT(error_of(R"([{"vit_num":1,"token_num":5}, tru])", LengthFormat::kJsonArray),
+              HasSubstr("f.json: malformed JSON at byte"));
+  EXPECT_THAT(error_of(R"([{"vit_num":1,"token_num":5}, 3])", LengthFormat::kJsonArray),
+              HasSubstr("f.json: record 1: expected a JSON object"));
+}
+
 TEST(LengthFile, ReadsJsonLinesWithTasksAndPatchTokens) {
   Dataset d = parse("{\"vision_tokens\": 1024, \"token_num\": 1300, \"task\": \"caption\"}\n\n"
                     "{\"vision_tokens\": 0, \"token_num\": 90, \"task\": \"chat\"}\n",

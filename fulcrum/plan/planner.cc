@@ -9,6 +9,7 @@
 #include <map>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -143,7 +144,7 @@ class Planner {
     // Before any thread prices a layer: fp8 on devices without it.
     matmul_peak_flops_per_second(r_.cluster.device, r_.dtype);
     prepare_data();
-    const std::vector<ParallelConfig> configs = candidates();
+    std::vector<ParallelConfig> configs = candidates();
     if (configs.empty() && recipe_.zero3_data_parallel) {
       throw NoPlanFits(fmt::format("zero3 runs data parallelism over all {} devices: global batch {} is not divisible "
                                    "by them", r_.cluster.devices, r_.gbs));
@@ -154,6 +155,11 @@ class Planner {
                                    "by micro-batch × DP)", r_.cluster.devices, r_.model.name, r_.gbs));
     }
     prepare_loads(configs);
+    std::erase_if(configs, [&](const ParallelConfig& c) { return unbatchable_.count({c.dp, micro_batches_of(c)}) > 0; });
+    if (configs.empty()) {
+      throw NoPlanFits(fmt::format("{}no configuration's batches could be made: {}",
+                                   r_.data_name.empty() ? "" : r_.data_name + ": ", unbatchable_.begin()->second));
+    }
     // Screening: every candidate on two of the sampled steps; then the most promising on all of them.
     // A candidate that cannot be among the finalists is given up on as soon as its bound shows it (SearchBar).
     std::vector<Outcome> outcomes(configs.size());
@@ -219,6 +225,7 @@ class Planner {
     std::vector<Outcome>& outcomes_final = finals;
     TrainingPlan plan = std::move(outcomes_final[best].plan);
     plan.candidates = static_cast<int>(configs.size());
+    for (const auto& [key, reason] : unbatchable_) plan.left_out.push_back(reason);
     plan.feasible = feasible;
     for (size_t i : ranked) plan.finalists.push_back(configs[i]);
     for (const std::vector<Outcome>* list : {&outcomes, &finals}) {
@@ -333,6 +340,9 @@ class Planner {
   Dataset synthetic_;
   const Dataset* data_ = nullptr;
   std::map<std::tuple<std::string, int, int>, LoadSet> loads_;  // (batcher, dp, micro-batches)
+  // (dp, micro-batches) whose batches could not be made (ISF's cap search finding no caps on patch-token data), and
+  // why: their configurations are left out.
+  std::map<std::pair<int, int>, std::string> unbatchable_;
   // Layer-pass prices per sampled step, shared by the configurations simulated on it (the steps in loads_ stay put).
   mutable PassPriceMemo pass_prices_;
   int64_t llm_blocks_ = 0;
@@ -527,7 +537,7 @@ class Planner {
     const std::string batcher = recipe_.batcher;
     for (const ParallelConfig& c : configs) {
       const auto key = std::make_tuple(batcher, c.dp, micro_batches_of(c));
-      if (loads_.count(key)) continue;
+      if (loads_.count(key) || unbatchable_.count({c.dp, micro_batches_of(c)})) continue;
       BatchParams params;
       params.dp = c.dp;
       params.micro_batches = micro_batches_of(c);
@@ -537,7 +547,17 @@ class Planner {
       // ISF's caps are 9 tiles and 4,096 tokens; patch tokens have no such default, so OmniBal's own cap search
       // sets them, for this configuration's samples per micro-batch.
       params.search = batcher == "isf" && data_->vision_unit() == VisionUnit::kPatchTokens;
-      const BatchPlan plan = make_batcher(batcher)->plan(*data_, params, sample_cost);
+      std::optional<BatchPlan> made;
+      try {
+        made = make_batcher(batcher)->plan(*data_, params, sample_cost);
+      } catch (const InputError& e) {
+        if (!params.search) throw;
+        // No caps give this configuration's samples per micro-batch: it is left out, not the whole plan.
+        unbatchable_.emplace(std::make_pair(c.dp, params.micro_batches),
+                             fmt::format("DP {} × {} micro-batches: {}", c.dp, params.micro_batches, e.what()));
+        continue;
+      }
+      const BatchPlan& plan = *made;
       LoadSet set;
       set.steps_per_epoch = plan.steps();
       set.samples_per_step =

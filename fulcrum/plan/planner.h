@@ -92,6 +92,7 @@ struct PlanRequest {
   // The data the epoch runs over. Without it, `synthetic_steps` steps of identical samples of `seq` tokens
   // and `images_per_sample` encoder items.
   const Dataset* data = nullptr;
+  std::string data_name;  // how errors about `data` as a whole name it (its file)
   int64_t seq = 2048;
   int64_t images_per_sample = 1;
   int synthetic_steps = 8;
@@ -140,6 +141,9 @@ struct TrainingPlan {
   MicroBatchLoads detail_loads;  // its micro-batches, per data-parallel replica
   int candidates = 0;            // configurations evaluated
   int feasible = 0;              // of which fit in memory
+  // Configurations left out, not evaluated, because their batches could not be made (ISF's cap search on
+  // patch-token data finding no caps for their samples per micro-batch): one reason per (DP, micro-batches).
+  std::vector<std::string> left_out;
   // Evaluations (screening and final) stopped at the search bar (PlanRequest::give_up_early). Which ones depends
   // on how the threads happened to run; the plan does not.
   int given_up = 0;

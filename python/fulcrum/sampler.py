@@ -233,7 +233,8 @@ class BalancedBatchSampler:
                 f"world_size × micro_batches = {world_size * micro_batches}")
         if algo not in _core.batcher_names():
             raise ValueError(f"algo must be one of {', '.join(_core.batcher_names())}; got {algo!r}")
-        if algo == "isf" and self.dataset.vision_unit == "patch_tokens" and vision_cap == 0 and search is False:
+        search = _flag("search", search)
+        if algo == "isf" and self.dataset.vision_unit == "patch_tokens" and vision_cap == 0 and not search:
             raise ValueError("isf on data that counts vision_tokens needs a vision cap: give vision_cap (patch tokens "
                              "a micro-batch may hold) or search=True")
         if oversize not in ("error", "own-group", "own_group"):
@@ -251,7 +252,7 @@ class BalancedBatchSampler:
             micro_batches=micro_batches, window=_whole("window", window, 1, _core.MOST_WINDOW_STEPS),
             drop_last=_flag("drop_last", drop_last), oversize=oversize, vision_cap=_whole("vision_cap", vision_cap, 0),
             token_cap=_whole("token_cap", token_cap, 0), passes=_whole("passes", passes, 1, _core.MOST_PASSES),
-            search=_flag("search", search), cost=os.fspath(cost) if cost is not None else None)
+            search=search, cost=os.fspath(cost) if cost is not None else None)
         self._fingerprint: Optional[str] = None
         self._epoch = 0
         # The epoch so far: finished segments [(params, steps, digest of what they consumed), ...] under other
