@@ -535,12 +535,24 @@ class Planner {
                                    vision_unit_text(sample_cost.vision_unit())));
     }
     const std::string batcher = recipe_.batcher;
+    // Each (dp, micro-batches) not batched yet, in the order the configurations name them, batched on the
+    // request's threads.
+    std::vector<std::pair<int, int>> keys;
     for (const ParallelConfig& c : configs) {
-      const auto key = std::make_tuple(batcher, c.dp, micro_batches_of(c));
-      if (loads_.count(key) || unbatchable_.count({c.dp, micro_batches_of(c)})) continue;
+      const std::pair<int, int> key{c.dp, micro_batches_of(c)};
+      if (loads_.count(std::make_tuple(batcher, key.first, key.second)) || unbatchable_.count(key) ||
+          std::find(keys.begin(), keys.end(), key) != keys.end()) {
+        continue;
+      }
+      keys.push_back(key);
+    }
+    std::vector<std::optional<LoadSet>> sets(keys.size());
+    std::vector<std::string> reasons(keys.size());
+    parallel_for(keys.size(), [&](size_t k) {
+      const auto [dp, micro_batches] = keys[k];
       BatchParams params;
-      params.dp = c.dp;
-      params.micro_batches = micro_batches_of(c);
+      params.dp = dp;
+      params.micro_batches = micro_batches;
       params.samples_per_step = r_.gbs;
       params.seed = r_.seed;
       params.oversize = OversizePolicy::kOwnGroup;
@@ -553,9 +565,8 @@ class Planner {
       } catch (const InputError& e) {
         if (!params.search) throw;
         // No caps give this configuration's samples per micro-batch: it is left out, not the whole plan.
-        unbatchable_.emplace(std::make_pair(c.dp, params.micro_batches),
-                             fmt::format("DP {} × {} micro-batches: {}", c.dp, params.micro_batches, e.what()));
-        continue;
+        reasons[k] = fmt::format("DP {} × {} micro-batches: {}", dp, micro_batches, e.what());
+        return;
       }
       const BatchPlan& plan = *made;
       LoadSet set;
@@ -565,12 +576,12 @@ class Planner {
       const int sampled = static_cast<int>(std::min<int64_t>(std::max(1, r_.sampled_steps), plan.steps()));
       double sums[4] = {0, 0, 0, 0};
       int64_t count = 0;
-      for (int k = 0; k < sampled; ++k) {
-        const int64_t step = k * plan.steps() / sampled;
+      for (int s = 0; s < sampled; ++s) {
+        const int64_t step = s * plan.steps() / sampled;
         MicroBatchLoads loads;
-        loads.per_replica.resize(c.dp);
-        for (int d = 0; d < c.dp; ++d) {
-          for (int j = 0; j < params.micro_batches; ++j) {
+        loads.per_replica.resize(dp);
+        for (int d = 0; d < dp; ++d) {
+          for (int j = 0; j < micro_batches; ++j) {
             const MicroBatchLoad l = micro_batch_load(*data_, plan.micro_batch(step, d, j), plan.padded());
             loads.per_replica[d].push_back(l);
             sums[0] += static_cast<double>(l.vision);
@@ -592,7 +603,14 @@ class Planner {
         set.mean.llm_tokens_squared = std::llround(sums[2] / static_cast<double>(count));
         set.mean.sequences = std::max<int64_t>(1, std::llround(sums[3] / static_cast<double>(count)));
       }
-      loads_.emplace(key, std::move(set));
+      sets[k] = std::move(set);
+    });
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (sets[k]) {
+        loads_.emplace(std::make_tuple(batcher, keys[k].first, keys[k].second), std::move(*sets[k]));
+      } else {
+        unbatchable_.emplace(keys[k], std::move(reasons[k]));
+      }
     }
   }
 
