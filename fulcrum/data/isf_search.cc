@@ -79,8 +79,9 @@ IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const
     if (t.candidate && (!best || t.score < best->score)) best = &t;
   }
   if (!best) {
-    throw InputError(fmt::format("the isf cap search found no caps giving {:.1f} to {:.1f} samples per group in {} trials",
-                                 b, b + 1, result.trials.size()));
+    throw IsfSearchFailed(fmt::format(
+        "the isf cap search found no caps giving {:.1f} to {:.1f} samples per group in {} trials", b, b + 1,
+        result.trials.size()));
   }
   result.best = best->params;
   result.best.passes = params.passes;

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "fulcrum/core/error.h"
 #include "fulcrum/core/sample_cost.h"
 #include "fulcrum/data/batcher.h"
 #include "fulcrum/data/isf.h"
@@ -32,6 +33,12 @@ struct IsfSearchResult {
   // tokens that come with them in the data's mix.
   int64_t vision_step = 1;
   int64_t token_step = 0;
+};
+
+// The search found no caps giving b to b + 1 samples a group: the data cannot be batched so for these parameters.
+class IsfSearchFailed : public InputError {
+ public:
+  using InputError::InputError;
 };
 
 IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const SampleCost& cost);

@@ -82,9 +82,41 @@ std::string_view json_error_text(simdjson::error_code error) { return simdjson::
 // True when nothing but whitespace follows what was read (simdjson reports the end as out of bounds).
 bool at_end(od::document& doc) { return doc.current_location().error() == simdjson::OUT_OF_BOUNDS; }
 
+// Whether `token` (a raw JSON token, trailing spaces included) is a number by JSON's grammar:
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?. Its value is not needed, so one past what a double or an integer
+// holds (a long id, 1e400) is still JSON.
+bool is_json_number(std::string_view token) {
+  while (!token.empty() && (token.back() == ' ' || token.back() == '\t' || token.back() == '\n' || token.back() == '\r')) {
+    token.remove_suffix(1);
+  }
+  size_t i = 0;
+  const auto digits = [&] {
+    const size_t first = i;
+    while (i < token.size() && token[i] >= '0' && token[i] <= '9') ++i;
+    return i > first;
+  };
+  if (i < token.size() && token[i] == '-') ++i;
+  if (i < token.size() && token[i] == '0') {
+    ++i;
+  } else if (i >= token.size() || token[i] < '1' || token[i] > '9' || !digits()) {
+    return false;
+  }
+  if (i < token.size() && token[i] == '.' && (++i, !digits())) return false;
+  if (i < token.size() && (token[i] == 'e' || token[i] == 'E')) {
+    ++i;
+    if (i < token.size() && (token[i] == '+' || token[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == token.size();
+}
+
+// Nesting past this in a field the record does not use is refused, before it could exhaust the stack.
+constexpr int kMostSkippedDepth = 1024;
+
 // Reads a value the record does not use, all of it: simdjson skips such a value without checking that it is JSON.
-// Returns the first error.
-simdjson::error_code check_skipped_value(od::value value) {
+// Returns the first error; DEPTH_ERROR past kMostSkippedDepth.
+simdjson::error_code check_skipped_value(od::value value, int depth = 1) {
+  if (depth > kMostSkippedDepth) return simdjson::DEPTH_ERROR;
   od::json_type type;
   if (auto error = value.type().get(type)) return error;
   switch (type) {
@@ -96,7 +128,7 @@ simdjson::error_code check_skipped_value(od::value value) {
         if (auto error = std::move(field_result).get(field)) return error;
         std::string_view key;
         if (auto error = field.unescaped_key().get(key)) return error;
-        if (auto error = check_skipped_value(field.value())) return error;
+        if (auto error = check_skipped_value(field.value(), depth + 1)) return error;
       }
       return simdjson::SUCCESS;
     }
@@ -106,12 +138,14 @@ simdjson::error_code check_skipped_value(od::value value) {
       for (auto element : array) {
         od::value item;
         if (auto error = element.get(item)) return error;
-        if (auto error = check_skipped_value(item)) return error;
+        if (auto error = check_skipped_value(item, depth + 1)) return error;
       }
       return simdjson::SUCCESS;
     }
     case od::json_type::string: return value.get_string().error();
-    case od::json_type::number: return value.get_number().error();
+    case od::json_type::number: {
+      return is_json_number(value.raw_json_token()) ? simdjson::SUCCESS : simdjson::NUMBER_ERROR;
+    }
     case od::json_type::boolean: return value.get_bool().error();
     case od::json_type::null: {
       bool null = false;
@@ -153,6 +187,9 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
       if (field.value().get_string().get(task)) sink.fail(where, "task must be a string");
       r.task.assign(task);
     } else if (auto error = check_skipped_value(field.value())) {  // other fields are allowed, and read through
+      if (error == simdjson::DEPTH_ERROR) {
+        sink.fail(where, fmt::format("field {} nests arrays and objects more than {} deep", key, kMostSkippedDepth));
+      }
       refuse(error);
     }
   }
@@ -166,13 +203,6 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
 // parser's, which found it there (the two may stop at different faults). Run only once the file is known to be bad.
 class JsonArrayRefusal : public nlohmann::json_sax<nlohmann::json> {
  public:
-  // Whether the second parser finds the text well-formed JSON.
-  static bool well_formed(std::string_view text) {
-    JsonArrayRefusal place;
-    nlohmann::json::sax_parse(text, &place);
-    return !place.byte_;
-  }
-
   // `where`: the record simdjson was reading, named where the second parser finds nothing wrong.
   [[noreturn]] static void refuse(std::string_view text, const std::string& file, simdjson::error_code error,
                                   std::string_view where = {}) {
@@ -265,7 +295,10 @@ void parse_json_array(std::string_view text, const std::string& file, RecordSink
     od::object object;
     if (auto error = element.get_object().get(object)) {
       // Not an object: a value of another type, or text that is not JSON (`[{...},]`, `tru`), placed at its byte.
-      if (error != simdjson::INCORRECT_TYPE || !JsonArrayRefusal::well_formed(text)) malformed(error);
+      od::value value;
+      if (error != simdjson::INCORRECT_TYPE) malformed(error);
+      if (auto bad = element.get(value)) malformed(bad);
+      if (auto bad = check_skipped_value(value); bad && bad != simdjson::DEPTH_ERROR) malformed(bad);
       sink.fail(where, "expected a JSON object");
     }
     read_json_record(object, sink, where, fields, malformed);

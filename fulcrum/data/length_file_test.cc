@@ -67,6 +67,40 @@ TEST(LengthFile, MalformedTextInAFieldNotUsedIsRefused) {
               HasSubstr("f.json: malformed JSON at byte"));
   EXPECT_THAT(error_of(R"([{"vit_num":1,"token_num":5}, 3])", LengthFormat::kJsonArray),
               HasSubstr("f.json: record 1: expected a JSON object"));
+  // The first fault is named: a record of another type before a later malformed one.
+  EXPECT_THAT(error_of(R"([3, {"vit_num":1,"token_num":5,"x":tru}])", LengthFormat::kJsonArray),
+              HasSubstr("f.json: record 0: expected a JSON object"));
+}
+
+// Numbers are JSON whatever their size: a long id or 1e400 in a field not used is not refused as malformed.
+TEST(LengthFile, NumbersPastADoubleInAFieldNotUsedAreJson) {
+  for (const char* number : {"123456789012345678901234567890", "1e400", "-0.5E-7", "0"}) {
+    EXPECT_EQ(parse(std::string(R"([{"vit_num": 1, "token_num": 5, "id": )") + number + "}]", LengthFormat::kJsonArray)
+                  .size(),
+              1u)
+        << number;
+    EXPECT_EQ(parse(std::string(R"({"vit_num": 1, "token_num": 5, "id": [)") + number + "]}", LengthFormat::kJsonLines)
+                  .size(),
+              1u)
+        << number;
+  }
+  for (const char* bad : {"01", "1.", "-", "1e", "+1", ".5", "1x"}) {
+    EXPECT_THAT(error_of(std::string(R"([{"vit_num": 1, "token_num": 5, "id": )") + bad + "}]", LengthFormat::kJsonArray),
+                HasSubstr("malformed JSON"))
+        << bad;
+  }
+}
+
+// A field nested past any length file's need is refused in one line, before the reading could run out of stack.
+TEST(LengthFile, DeepNestingInAFieldNotUsedIsRefused) {
+  const int depth = 200000;
+  const std::string deep = std::string(R"([{"vit_num": 1, "token_num": 5, "x": )") + std::string(depth, '[') +
+                           std::string(depth, ']') + "}]";
+  EXPECT_THAT(error_of(deep, LengthFormat::kJsonArray),
+              HasSubstr("f.json: record 0: field x nests arrays and objects more than 1024 deep"));
+  const std::string fine = std::string(R"([{"vit_num": 1, "token_num": 5, "x": )") + std::string(1000, '[') +
+                           std::string(1000, ']') + "}]";
+  EXPECT_EQ(parse(fine, LengthFormat::kJsonArray).size(), 1u);
 }
 
 TEST(LengthFile, ReadsJsonLinesWithTasksAndPatchTokens) {

@@ -22,6 +22,7 @@
 #include "fulcrum/cost/model_sample_cost.h"
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
+#include "fulcrum/data/isf_search.h"
 #include "fulcrum/plan/optimus_schedule.h"
 #include "fulcrum/plan/partition.h"
 #include "fulcrum/plan/recompute.h"
@@ -562,8 +563,7 @@ class Planner {
       std::optional<BatchPlan> made;
       try {
         made = make_batcher(batcher)->plan(*data_, params, sample_cost);
-      } catch (const InputError& e) {
-        if (!params.search) throw;
+      } catch (const IsfSearchFailed& e) {
         // No caps give this configuration's samples per micro-batch: it is left out, not the whole plan.
         reasons[k] = fmt::format("DP {} × {} micro-batches: {}", dp, micro_batches, e.what());
         return;
