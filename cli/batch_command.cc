@@ -106,7 +106,6 @@ Run run_batcher(const std::string& algo, BatchParams params, const Dataset& data
                 const SampleCost& cost, const std::string& out_path, const std::string& label) {
   const auto start = Clock::now();
   std::optional<IsfSearchResult> search;
-  if (algo == "isf") naming_the_data(data_name, [&] { check_isf_caps(params, data); });
   if (algo == "isf" && params.search) {
     search = naming_the_data(data_name, [&] { return isf_search(data, params, cost); });
     params.vision_cap = search->best.vision_cap;
