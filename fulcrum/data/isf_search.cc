@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/data/balance_metrics.h"
@@ -11,6 +14,23 @@
 namespace fulcrum {
 
 IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const SampleCost& cost) {
+  return std::move(isf_search(data, std::span<const BatchParams>(&params, 1), cost).front());
+}
+
+std::vector<IsfSearchResult> isf_search(const Dataset& data, std::span<const BatchParams> runs,
+                                        const SampleCost& cost) {
+  if (runs.empty()) return {};
+  const BatchParams& params = runs.front();
+  // b compared as a fraction: samples a step over slots a step.
+  const auto same_b = [&](const BatchParams& r) {
+    return r.resolved_samples_per_step() * params.slots_per_step() ==
+           params.resolved_samples_per_step() * r.slots_per_step();
+  };
+  for (const BatchParams& r : runs) {
+    if (!same_b(r) || r.seed != params.seed || r.epoch != params.epoch || r.oversize != params.oversize) {
+      throw std::invalid_argument("isf_search: runs searched together must share b, seed, epoch and oversize");
+    }
+  }
   IsfSearchResult result;
   const double n = static_cast<double>(data.size());
   double tokens_rounded = 0, vision = 0;
@@ -50,21 +70,23 @@ IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const
   IsfParams p = isf_params(start, data);
   p.passes = 50;
   double max_avg = 0;
-  const IsfTrial* best = nullptr;
+  bool have_candidate = false;
+  std::vector<IsfSearchResult> results(runs.size(), result);
   for (int trial = 0; trial < 64 && p.vision_cap >= largest_vision && p.token_cap >= largest_tokens; ++trial) {
     p.text_full = p.token_cap - 128;
     p.vision_full = p.vision_cap;
     const Groups groups = isf_groups(data, p, params.oversize);
     IsfTrial t{p, n / static_cast<double>(groups.size()), 0, false};
-    BatchParams dealt = params;
-    dealt.drop_last = false;
-    const PlanMetrics m = measure_plan(deal_groups(groups, data, dealt), data, cost);
-    t.score = m.pad_ratio + m.per_step.dist_ratio_vit + m.per_step.dist_ratio_llm;
     max_avg = std::max(max_avg, t.mean_group_samples);
     t.candidate = b <= t.mean_group_samples && t.mean_group_samples <= b + 1;
-    result.trials.push_back(t);
-    const bool have_candidate =
-        std::any_of(result.trials.begin(), result.trials.end(), [](const IsfTrial& x) { return x.candidate; });
+    have_candidate = have_candidate || t.candidate;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      BatchParams dealt = runs[r];
+      dealt.drop_last = false;
+      const PlanMetrics m = measure_plan(deal_groups(groups, data, dealt), data, cost);
+      t.score = m.pad_ratio + m.per_step.dist_ratio_vit + m.per_step.dist_ratio_llm;
+      results[r].trials.push_back(t);
+    }
     if (max_avg <= b + 1) {
       p.vision_cap += vision_step;
       p.token_cap += token_step;
@@ -75,17 +97,20 @@ IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const
       p.token_cap -= token_step;
     }
   }
-  for (const IsfTrial& t : result.trials) {
-    if (t.candidate && (!best || t.score < best->score)) best = &t;
-  }
-  if (!best) {
+  if (!have_candidate) {
     throw IsfSearchFailed(fmt::format(
         "the isf cap search found no caps giving {:.1f} to {:.1f} samples per group in {} trials", b, b + 1,
-        result.trials.size()));
+        results.front().trials.size()));
   }
-  result.best = best->params;
-  result.best.passes = params.passes;
-  return result;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const IsfTrial* best = nullptr;
+    for (const IsfTrial& t : results[r].trials) {
+      if (t.candidate && (!best || t.score < best->score)) best = &t;
+    }
+    results[r].best = best->params;
+    results[r].best.passes = runs[r].passes;
+  }
+  return results;
 }
 
 }  // namespace fulcrum

@@ -1,6 +1,7 @@
 #ifndef FULCRUM_DATA_ISF_SEARCH_H_
 #define FULCRUM_DATA_ISF_SEARCH_H_
 
+#include <span>
 #include <vector>
 
 #include "fulcrum/core/error.h"
@@ -42,6 +43,14 @@ class IsfSearchFailed : public InputError {
 };
 
 IsfSearchResult isf_search(const Dataset& data, const BatchParams& params, const SampleCost& cost);
+
+// The search for several runs that differ only in dp and micro-batches and share b (and seed, epoch and oversize
+// policy): their trials are the same caps and the same groups, so ISF runs once a trial and each run scores the
+// trial at its own dp and micro-batches. The results are in `runs`' order, each what isf_search would give that
+// run alone. Whether caps give b to b + 1 samples a group depends on b alone, so one IsfSearchFailed covers them
+// all. Throws std::invalid_argument when the runs do not share those parameters.
+std::vector<IsfSearchResult> isf_search(const Dataset& data, std::span<const BatchParams> runs,
+                                        const SampleCost& cost);
 
 }  // namespace fulcrum
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <vector>
 
 #include "fulcrum/core/rng.h"
 #include "fulcrum/cost/flops_sample_cost.h"
@@ -46,7 +48,9 @@ TEST(IsfSearch, ChoosesCapsGivingAboutBSamplesPerGroup) {
   EXPECT_GE(chosen->mean_group_samples, 4.0);
   EXPECT_LE(chosen->mean_group_samples, 5.0);
   for (const IsfTrial& t : r.trials) {
-    if (t.candidate) EXPECT_LE(chosen->score, t.score);
+    if (t.candidate) {
+      EXPECT_LE(chosen->score, t.score);
+    }
   }
   EXPECT_EQ(r.best.text_full, r.best.token_cap - 128);
 }
@@ -89,6 +93,51 @@ TEST(IsfSearch, PatchTokenDataStepsByTokensWorthAndMeetsB) {
     EXPECT_LE(t.mean_group_samples, 5.0);
   }
   EXPECT_TRUE(found);
+}
+
+// Runs that share b share their trials; searched together, each run still gets what it would get alone: its own
+// scores at its own dp and micro-batches, and the best of them.
+TEST(IsfSearch, RunsSharingBSearchedTogetherGetWhatEachGetsAlone) {
+  const Dataset data = testing::bundled_dataset();
+  std::vector<BatchParams> runs;
+  for (const auto& [dp, micro_batches] : {std::pair{8, 1}, std::pair{2, 4}, std::pair{1, 8}, std::pair{4, 2}}) {
+    BatchParams params;
+    params.dp = dp;
+    params.micro_batches = micro_batches;
+    params.samples_per_step = 32;  // b = 4 in every run
+    params.seed = 3;
+    runs.push_back(params);
+  }
+  const FlopsSampleCost cost(VisionUnit::kTiles);
+  const std::vector<IsfSearchResult> together = isf_search(data, runs, cost);
+  ASSERT_EQ(together.size(), runs.size());
+  bool scores_differ = false;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const IsfSearchResult alone = isf_search(data, runs[r], cost);
+    ASSERT_EQ(together[r].trials.size(), alone.trials.size()) << "run " << r;
+    for (size_t t = 0; t < alone.trials.size(); ++t) {
+      EXPECT_EQ(together[r].trials[t].params.vision_cap, alone.trials[t].params.vision_cap);
+      EXPECT_EQ(together[r].trials[t].params.token_cap, alone.trials[t].params.token_cap);
+      EXPECT_EQ(together[r].trials[t].score, alone.trials[t].score) << "run " << r << " trial " << t;
+      scores_differ = scores_differ || together[r].trials[t].score != together[0].trials[t].score;
+    }
+    EXPECT_EQ(together[r].best.vision_cap, alone.best.vision_cap);
+    EXPECT_EQ(together[r].best.token_cap, alone.best.token_cap);
+  }
+  // The runs deal the same groups differently, so a search scoring every run alike would be caught above.
+  EXPECT_TRUE(scores_differ);
+}
+
+TEST(IsfSearch, RunsWithDifferentBAreNotSearchedTogether) {
+  const Dataset data = testing::bundled_dataset();
+  std::vector<BatchParams> runs(2);
+  runs[0].dp = 8;  // b = 4, the default
+  runs[1].dp = 4;
+  runs[1].samples_per_step = 64;  // b = 16
+  EXPECT_THROW(isf_search(data, runs, FlopsSampleCost(VisionUnit::kTiles)), std::invalid_argument);
+  runs[1].samples_per_step = 16;  // b = 4 again, but another seed
+  runs[1].seed = 1;
+  EXPECT_THROW(isf_search(data, runs, FlopsSampleCost(VisionUnit::kTiles)), std::invalid_argument);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <map>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <system_error>
 #include <thread>
@@ -549,26 +550,54 @@ class Planner {
     }
     std::vector<std::optional<LoadSet>> sets(keys.size());
     std::vector<std::string> reasons(keys.size());
-    parallel_for(keys.size(), [&](size_t k) {
-      const auto [dp, micro_batches] = keys[k];
+    const auto params_of = [&](size_t k) {
       BatchParams params;
-      params.dp = dp;
-      params.micro_batches = micro_batches;
+      params.dp = keys[k].first;
+      params.micro_batches = keys[k].second;
       params.samples_per_step = r_.gbs;
       params.seed = r_.seed;
       params.oversize = OversizePolicy::kOwnGroup;
-      // ISF's caps are 9 tiles and 4,096 tokens; patch tokens have no such default, so OmniBal's own cap search
-      // sets them, for this configuration's samples per micro-batch.
-      params.search = batcher == "isf" && data_->vision_unit() == VisionUnit::kPatchTokens;
-      std::optional<BatchPlan> made;
-      try {
-        made = make_batcher(batcher)->plan(*data_, params, sample_cost);
-      } catch (const IsfSearchFailed& e) {
-        // No caps give this configuration's samples per micro-batch: it is left out, not the whole plan.
-        reasons[k] = fmt::format("DP {} × {} micro-batches: {}", dp, micro_batches, e.what());
-        return;
+      return params;
+    };
+    // ISF's caps are 9 tiles and 4,096 tokens; patch tokens have no such default, so OmniBal's own cap search
+    // sets them, for each configuration's samples per micro-batch. The search's trials depend on that count
+    // alone, so the configurations sharing it share one search (each scores its trials at its own dp and
+    // micro-batches); a search that finds no caps leaves out all of them, not the whole plan.
+    std::vector<std::optional<IsfParams>> searched(keys.size());
+    if (batcher == "isf" && data_->vision_unit() == VisionUnit::kPatchTokens) {
+      // Samples per micro-batch as a fraction in lowest terms: global batch over dp · micro-batches.
+      std::map<std::pair<int64_t, int64_t>, std::vector<size_t>> by_share;
+      for (size_t k = 0; k < keys.size(); ++k) {
+        const int64_t slots = static_cast<int64_t>(keys[k].first) * keys[k].second;
+        const int64_t g = std::gcd(r_.gbs, slots);
+        by_share[{r_.gbs / g, slots / g}].push_back(k);
       }
-      const BatchPlan& plan = *made;
+      std::vector<std::vector<size_t>> shares;
+      for (auto& [share, ks] : by_share) shares.push_back(std::move(ks));
+      parallel_for(shares.size(), [&](size_t s) {
+        std::vector<BatchParams> runs;
+        for (size_t k : shares[s]) runs.push_back(params_of(k));
+        try {
+          const std::vector<IsfSearchResult> found = isf_search(*data_, runs, sample_cost);
+          for (size_t i = 0; i < shares[s].size(); ++i) searched[shares[s][i]] = found[i].best;
+        } catch (const IsfSearchFailed& e) {
+          for (size_t k : shares[s]) {
+            reasons[k] = fmt::format("DP {} × {} micro-batches: {}", keys[k].first, keys[k].second, e.what());
+          }
+        }
+      });
+    }
+    parallel_for(keys.size(), [&](size_t k) {
+      if (!reasons[k].empty()) return;
+      const auto [dp, micro_batches] = keys[k];
+      BatchParams params = params_of(k);
+      if (searched[k]) {
+        params.vision_cap = searched[k]->vision_cap;
+        params.token_cap = searched[k]->token_cap;
+        params.vision_full = searched[k]->vision_full;
+        params.text_full = searched[k]->text_full;
+      }
+      const BatchPlan plan = make_batcher(batcher)->plan(*data_, params, sample_cost);
       LoadSet set;
       set.steps_per_epoch = plan.steps();
       set.samples_per_step =
