@@ -317,11 +317,15 @@ void run_plan(const PlanOptions& o) {
       loads.push_back(std::move(r));
     }
     file["detail_loads"] = std::move(loads);
-    Json blocks = Json::array();
+    Json blocks = Json::array(), llm_blocks = Json::array();
     for (const ComponentSpec& c : request.model.components) {
-      for (const LayerSpec& l : c.layers) blocks.push_back(l.kind == LayerKind::kTransformerBlock);
+      for (const LayerSpec& l : c.layers) {
+        blocks.push_back(l.kind == LayerKind::kTransformerBlock);
+        llm_blocks.push_back(l.kind == LayerKind::kTransformerBlock && c.role == ComponentRole::kLlm);
+      }
     }
-    file["transformer_blocks"] = blocks;  // which flattened layers fulcrum.megatron counts
+    file["transformer_blocks"] = blocks;
+    file["llm_blocks"] = llm_blocks;  // which flattened layers fulcrum.megatron counts: Megatron's 't'
     const std::string text = json_text(file, 1) + "\n";
     std::string report;
     if (!o.report.empty()) {

@@ -153,22 +153,52 @@ std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan,
   std::string args = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", c.tp, c.pp);
   args += fmt::format(" --micro-batch-size {} --global-batch-size {}", c.mbs, gbs);
   if (c.sequence_parallel) args += " --sequence-parallel";
-  if (c.sharding == StateSharding::kMegatronDistributedOptimizer) args += " --use-distributed-optimizer";
+  // State sharding: the distributed optimizer shards the optimizer state (ZeRO-1); sharding the gradients, and
+  // the parameters too, takes Megatron-FSDP, whose documented flags these are.
+  switch (c.sharding) {
+    case StateSharding::kZero0: break;
+    case StateSharding::kZero1:
+    case StateSharding::kMegatronDistributedOptimizer: args += " --use-distributed-optimizer"; break;
+    case StateSharding::kZero2:
+    case StateSharding::kZero3:
+      args += fmt::format(
+          " --use-megatron-fsdp --data-parallel-sharding-strategy {} --no-gradient-accumulation-fusion"
+          " --use-distributed-optimizer",
+          c.sharding == StateSharding::kZero2 ? "optim_grads" : "optim_grads_params");
+      break;
+  }
   args += fmt::format(" --pipeline-model-parallel-layout \"{}\"", megatron_pipeline_layout(model, plan.schedule));
-  // Recomputation of transformer blocks: the same for every block, or per stage. Megatron recomputes the first N
-  // blocks of every chunk fully, one N per process: a selectively recomputed block is recomputed fully (never more
-  // memory than planned), and each pipeline rank takes the most of its chunks.
+  std::string notes;
+  if (c.pp > 1 && c.schedule != PipelineKind::kOneFOneB && c.schedule != PipelineKind::kInterleaved) {
+    notes += fmt::format("# the plan's pipeline schedule is {}; Megatron-LM runs 1F1B (interleaved with more than one "
+                         "chunk a rank), whose step the plan did not time\n",
+                         pipeline_kind_name(c.schedule));
+  }
+  // Recomputation of the LLM's transformer blocks (the layout's 't'): the same for every block, or per stage.
+  // Megatron recomputes the first N blocks of every chunk fully, one N per process: a selectively recomputed block
+  // is recomputed fully (never more memory than planned), and each pipeline rank takes the most of its chunks.
+  // The encoders' blocks are counted apart: Megatron configures its vision model on its own.
   const Schedule& s = plan.schedule;
-  std::vector<bool> block;
+  std::vector<bool> llm_block, encoder_block;
   for (const ComponentSpec& comp : model.components) {
-    for (const LayerSpec& l : comp.layers) block.push_back(l.kind == LayerKind::kTransformerBlock);
+    for (const LayerSpec& l : comp.layers) {
+      const bool is_block = l.kind == LayerKind::kTransformerBlock;
+      llm_block.push_back(is_block && comp.role == ComponentRole::kLlm);
+      encoder_block.push_back(is_block && comp.role != ComponentRole::kLlm);
+    }
   }
   std::vector<int64_t> per_rank(c.pp, 0);
   bool any_full = false, any_selective = false, any_none = false;
+  int64_t encoder_blocks = 0, encoder_full = 0, encoder_selective = 0;
   for (size_t k = 0; k < s.stages.size(); ++k) {
     int64_t recomputed = 0;
     for (int32_t i = s.stages[k].first_layer; i < s.stages[k].end_layer; ++i) {
-      if (!block[i]) continue;
+      if (encoder_block[i]) {
+        ++encoder_blocks;
+        encoder_full += s.recompute[i] == Recompute::kFull;
+        encoder_selective += s.recompute[i] == Recompute::kSelective;
+      }
+      if (!llm_block[i]) continue;
       any_full = any_full || s.recompute[i] == Recompute::kFull;
       any_selective = any_selective || s.recompute[i] == Recompute::kSelective;
       any_none = any_none || s.recompute[i] == Recompute::kNone;
@@ -177,7 +207,6 @@ std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan,
     const int rank = static_cast<int>(k) % c.pp;
     per_rank[rank] = std::max(per_rank[rank], recomputed);
   }
-  std::string notes;
   if (any_full && !any_selective && !any_none) {
     args += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   } else if (any_selective && !any_full && !any_none) {
@@ -185,9 +214,13 @@ std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan,
   } else if (any_full || any_selective) {
     const int64_t most = *std::max_element(per_rank.begin(), per_rank.end());
     args += fmt::format(" --recompute-granularity full --recompute-method block --recompute-num-layers {}", most);
-    notes += fmt::format("# blocks to recompute per pipeline rank: {}; set args.recompute_num_layers =\n"
+    notes += fmt::format("# LLM blocks to recompute per pipeline rank: {}; set args.recompute_num_layers =\n"
                          "# fulcrum.megatron.recompute_num_layers(plan, pipeline_rank) per rank (plan: fulcrum plan "
                          "--out) to save the rest\n", fmt::join(per_rank, ","));
+  }
+  if (encoder_full + encoder_selective > 0) {
+    notes += fmt::format("# encoder blocks recomputed: {} fully and {} selectively of {} (the vision model's own "
+                         "recomputation settings)\n", encoder_full, encoder_selective, encoder_blocks);
   }
   int64_t encoder_layers = 0;
   for (const ComponentSpec& comp : model.components) {

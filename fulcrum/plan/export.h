@@ -22,10 +22,12 @@ std::string megatron_pipeline_layout(const ModelSpec& model, const Schedule& sch
 // or a parenthesised group n times, ',' is cosmetic, '|' separates stages. InputError for anything else.
 std::vector<std::string> expand_pipeline_layout(const std::string& layout);
 
-// Megatron-LM arguments that run `plan`: parallel sizes, batch sizes, sequence parallelism, the distributed
-// optimizer, the layout, and recomputation. Megatron recomputes the same number of blocks in every stage
-// (--recompute-method block); an adaptive plan's per-stage choice is given as the most any stage recomputes
-// (memory-safe), with the per-stage counts in a comment line for a hook to apply.
+// Megatron-LM arguments that run `plan`: parallel sizes, batch sizes, sequence parallelism, state sharding (the
+// distributed optimizer, or Megatron-FSDP for ZeRO-2 and ZeRO-3), the layout, and the recomputation of the LLM's
+// blocks. Megatron recomputes the same number of blocks in every stage (--recompute-method block); an adaptive
+// plan's per-stage choice is given as the most any stage recomputes (memory-safe), with the per-stage counts in a
+// comment line for a hook to apply. Comment lines also give what the arguments cannot: the encoders' recomputation
+// and a pipeline schedule other than 1F1B or interleaved.
 std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan, int64_t gbs);
 
 // DeepSpeed PipelineModule: the boundary array parts[0..PP] over the flattened layer list (stage s holds

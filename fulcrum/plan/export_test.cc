@@ -1,5 +1,6 @@
 #include "fulcrum/plan/export.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -85,6 +86,70 @@ TEST(PipelineLayout, EncoderOnlyStagesCannotBeExpressed) {
   const TrainingPlan p = plan_of(model, 8, 1, partition_layers(model, 8, EncoderPlacement::kSpread));
   EXPECT_THAT([&] { megatron_pipeline_layout(model, p.schedule); },
               ::testing::ThrowsMessage<InputError>(HasSubstr("stage 0 holds only encoder layers")));
+}
+
+// ZeRO-2 and ZeRO-3 shard what Megatron's distributed optimizer does not: they take Megatron-FSDP's flags.
+TEST(MegatronArguments, StateShardingTakesItsOwnFlags) {
+  const ModelSpec model = model_preset("gpt-11b");
+  TrainingPlan p = plan_of(model, 1, 1, partition_layers(model, 1, EncoderPlacement::kFirstStage));
+  p.config.sharding = StateSharding::kZero3;
+  std::string args = megatron_arguments(model, p, 256);
+  EXPECT_THAT(args, HasSubstr("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"));
+  p.config.sharding = StateSharding::kZero2;
+  args = megatron_arguments(model, p, 256);
+  EXPECT_THAT(args, HasSubstr("--data-parallel-sharding-strategy optim_grads "));
+  p.config.sharding = StateSharding::kMegatronDistributedOptimizer;
+  args = megatron_arguments(model, p, 256);
+  EXPECT_THAT(args, HasSubstr("--use-distributed-optimizer"));
+  EXPECT_THAT(args, ::testing::Not(HasSubstr("fsdp")));
+  p.config.sharding = StateSharding::kZero0;
+  EXPECT_THAT(megatron_arguments(model, p, 256), ::testing::Not(HasSubstr("--use-distributed-optimizer")));
+}
+
+// Megatron's recomputation flags count the layout's 't', the LLM's blocks: the encoder's blocks, which run in the
+// first stage beside them, neither add to a rank's count nor turn the LLM's selective recomputation into full.
+TEST(MegatronArguments, RecomputationCountsTheLlmBlocksAlone) {
+  const ModelSpec model = model_preset("internvl-chat-1.5");
+  const int pp = 4;
+  TrainingPlan p = plan_of(model, pp, 1, partition_layers(model, pp, EncoderPlacement::kFirstStage));
+  const int64_t encoder_layers = flattened_layers(model) - static_cast<int64_t>(model.find("llm")->layers.size());
+  // Every LLM block selective, every encoder block not recomputed.
+  for (int64_t i = 0; i < flattened_layers(model); ++i) {
+    p.schedule.recompute[i] = i < encoder_layers ? Recompute::kNone : Recompute::kSelective;
+  }
+  std::string args = megatron_arguments(model, p, 1024);
+  EXPECT_THAT(args, HasSubstr("--recompute-granularity selective"));
+  EXPECT_THAT(args, ::testing::Not(HasSubstr("--recompute-method")));
+  // The first stage's LLM blocks fully recomputed, the encoders' too; the other ranks' LLM blocks not at all.
+  int64_t first_stage_llm_blocks = 0, encoder_blocks = 0;
+  int64_t flat = 0;
+  for (const ComponentSpec& comp : model.components) {
+    for (const LayerSpec& l : comp.layers) {
+      const bool in_first = flat < p.schedule.stages[0].end_layer;
+      const bool block = l.kind == LayerKind::kTransformerBlock;
+      p.schedule.recompute[flat] = in_first ? Recompute::kFull : Recompute::kNone;
+      if (block && comp.role == ComponentRole::kLlm && in_first) ++first_stage_llm_blocks;
+      if (block && comp.role != ComponentRole::kLlm) ++encoder_blocks;
+      ++flat;
+    }
+  }
+  ASSERT_GT(first_stage_llm_blocks, 0);
+  ASSERT_GT(encoder_blocks, 0);
+  args = megatron_arguments(model, p, 1024);
+  EXPECT_THAT(args, HasSubstr(fmt::format("--recompute-method block --recompute-num-layers {}\n",
+                                          first_stage_llm_blocks)));
+  EXPECT_THAT(args, HasSubstr(fmt::format("per pipeline rank: {},0,0,0;", first_stage_llm_blocks)));
+  EXPECT_THAT(args, HasSubstr(fmt::format("encoder blocks recomputed: {} fully and 0 selectively of {}",
+                                          encoder_blocks, encoder_blocks)));
+}
+
+// Megatron-LM has no zero-bubble schedule: the arguments say the plan's schedule is not the one it runs.
+TEST(MegatronArguments, AScheduleMegatronDoesNotRunIsNamed) {
+  const ModelSpec model = model_preset("gpt-11b");
+  TrainingPlan p = plan_of(model, 4, 1, partition_layers(model, 4, EncoderPlacement::kFirstStage));
+  EXPECT_THAT(megatron_arguments(model, p, 256), ::testing::Not(HasSubstr("pipeline schedule")));
+  p.config.schedule = PipelineKind::kZeroBubbleH1;
+  EXPECT_THAT(megatron_arguments(model, p, 256), HasSubstr("# the plan's pipeline schedule is zb-h1;"));
 }
 
 TEST(DeepspeedPartition, BoundariesAsAPartitionHook) {

@@ -24,16 +24,21 @@ def _expand_runs(runs):
 
 
 def _block_flags(plan):
-    """Which flattened layers are transformer blocks, from the plan's stage list and block counts if given."""
-    blocks = plan.get("transformer_blocks")
+    """Which flattened layers are the LLM's transformer blocks (the layout's ``t``), if the plan file says.
+
+    Plan files before ``llm_blocks`` gave only ``transformer_blocks``, the encoders' blocks among them.
+    """
+    blocks = plan.get("llm_blocks", plan.get("transformer_blocks"))
     return None if blocks is None else [bool(b) for b in blocks]
 
 
 def recompute_num_layers(plan, pipeline_rank):
-    """The number of blocks Megatron-LM should recompute on each model chunk of ``pipeline_rank``.
+    """The number of LLM blocks Megatron-LM should recompute on each model chunk of ``pipeline_rank``.
 
-    ``plan`` is the JSON object ``fulcrum plan --out`` writes (or its ``schedule``). The answer is the most any of
-    the rank's chunks recomputes, counting selective recomputation as full, so every chunk fits its memory.
+    ``plan`` is the JSON object ``fulcrum plan --out`` writes (or its ``schedule``, in which every layer counts as
+    a block). The answer is the most any of the rank's chunks recomputes, counting selective recomputation as
+    full, so every chunk fits its memory. The encoders' blocks do not count: Megatron configures its vision model's
+    recomputation on its own.
     """
     schedule = plan.get("schedule", plan)
     layout = schedule["layout"]

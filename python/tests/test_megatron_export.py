@@ -5,10 +5,12 @@ import pytest
 from fulcrum.megatron import recompute_num_layers
 
 
-def plan(pp, vpp, stages, recompute, blocks=None):
+def plan(pp, vpp, stages, recompute, blocks=None, llm_blocks=None):
     p = {"schedule": {"layout": {"pp": pp, "vpp": vpp}, "stages": stages, "recompute": recompute}}
     if blocks is not None:
         p["transformer_blocks"] = blocks
+    if llm_blocks is not None:
+        p["llm_blocks"] = llm_blocks
     return p
 
 
@@ -23,6 +25,12 @@ def test_each_rank_takes_the_most_its_chunks_recompute_counting_selective_as_ful
 
 def test_layers_that_are_not_blocks_do_not_count():
     p = plan(1, 1, [[0, 4]], [["full", 4]], blocks=[False, True, True, False])
+    assert recompute_num_layers(p, 0) == 2
+
+
+def test_the_encoders_blocks_do_not_count_where_the_plan_names_the_llms():
+    # Two encoder blocks then two LLM blocks in one stage, all recomputed: Megatron's 't' are the LLM's two.
+    p = plan(1, 1, [[0, 4]], [["full", 4]], blocks=[True] * 4, llm_blocks=[False, False, True, True])
     assert recompute_num_layers(p, 0) == 2
 
 
