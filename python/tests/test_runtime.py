@@ -296,3 +296,38 @@ def test_parameters_outside_the_layers_are_named_in_a_warning():
                                          r"trains them: temperature, extra.weight, extra.bias$"):
         runtime = fr.Runtime(model, plan, lambda out, labels: out[0].sum())
     assert {id(p) for p in runtime.parameters()} == {id(p) for layer in model.layers for p in layer.parameters()}
+
+
+def test_the_executor_and_wave_runtime_refuse_nccl_whose_messages_carry_no_tags(tmp_path):
+    # Their receives are posted ahead and paired with sends by tag; NCCL pairs by order and ignores tags. A
+    # one-rank gloo group whose backend is reported as NCCL stands in for a GPU job here.
+    code = f"""
+import torch, torch.distributed as dist, torch.nn as nn
+import fulcrum.runtime as fr
+from fulcrum.runtime.waves import WaveRuntime
+dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=0, world_size=1)
+dist.get_backend = lambda group=None: "nccl"
+class Chain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(2, 2) for _ in range(4))
+plan = fr.RuntimePlan.generate("interleaved", 4, 2, pp=1, vpp=2)
+for build in (lambda: fr.Runtime(Chain(), plan, lambda out, labels: out.sum()),
+              lambda: WaveRuntime(None, None, "waves.json")):
+    try:
+        build()
+        print("accepted")
+    except ValueError as e:
+        print("refused:", e)
+# The same plan without a pipeline runs on DDP, which NCCL serves.
+fr.Runtime(Chain(), fr.RuntimePlan.generate("1f1b", 4, 2), lambda out, labels: out.sum())
+print("ddp accepted")
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3, out.stdout
+    assert lines[0].startswith("refused:") and "executor" in lines[0] and "NCCL" in lines[0], lines[0]
+    assert lines[1].startswith("refused:") and "WaveRuntime" in lines[1] and "NCCL" in lines[1], lines[1]
+    assert lines[2] == "ddp accepted"

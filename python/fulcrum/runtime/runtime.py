@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from fulcrum.runtime.coverage import warn_parameters_outside
-from fulcrum.runtime.device import device_of
+from fulcrum.runtime.device import device_of, refuse_untagged_backend
 from fulcrum.runtime.encoder import EncoderStage
 from fulcrum.runtime.executor import ScheduleExecutor
 from fulcrum.runtime.plan import PlanSource, RuntimePlan
@@ -102,6 +102,9 @@ class Runtime:
         if micro_batches is not None and micro_batches != p.micro_batches:
             raise ValueError(f"micro_batches {micro_batches} differs from the plan's {p.micro_batches} ({p.where})")
         warn_parameters_outside(model, model.layers, "model.layers")
+        self.engine = self._choose_engine(engine)
+        if self.engine == "executor":
+            refuse_untagged_backend(f"{p.where}: Fulcrum's executor, which runs this plan,")
         self.pipeline_rank, self.dp_rank = divmod(self.rank, p.dp)
         self.loss_fn, self.labels_key, self.ignore_index = loss_fn, labels_key, ignore_index
         self.timeline = Timeline(timeline)
@@ -125,7 +128,6 @@ class Runtime:
                                         p.recompute, trains)
         # Every tensor the runtime makes sits beside this rank's layers (NCCL on GPUs takes only those).
         self.device = device_of([*self.stages.values(), *([self.encoder] if self.encoder is not None else [])])
-        self.engine = self._choose_engine(engine)
         self._build_engine()
         if initialized:
             self._start_replicas_equal()

@@ -24,7 +24,7 @@ from torch import nn
 
 from fulcrum import _core
 from fulcrum.runtime.coverage import warn_parameters_outside
-from fulcrum.runtime.device import device_of
+from fulcrum.runtime.device import device_of, refuse_untagged_backend
 from fulcrum.runtime.executor import _HEADER, _buffers, message_parts
 from fulcrum.runtime.plan import read_schedule
 from fulcrum.runtime.replicas import broadcast_from, destroy_groups
@@ -184,6 +184,7 @@ class WaveRuntime:
 
     def __init__(self, model: nn.Module, task_graph: Mapping[str, Any], plan, *, timeline: bool = False,
                  broadcast_buffers: bool = True):
+        refuse_untagged_backend("WaveRuntime")
         self.plan = p = WavePlan.load(plan)
         self.model = model
         self.timeline = Timeline(timeline)
