@@ -248,6 +248,9 @@ LayerCost ProfiledCost::layer_cost(const LayerWork& work) const {
     const int64_t per_sequence = entry->sequence_tokens > 0 ? std::min(entry->sequence_tokens, t) : t;
     LayerWork probe = work;
     probe.batch = {(t + per_sequence - 1) / per_sequence, t, t * per_sequence};
+    // A profile's recompute pass reruns the whole forward: selective recomputation takes that pass's ratio,
+    // measured against the model's whole rerun, on the model's time for its own smaller rerun.
+    if (probe.pass == Pass::kRecompute) probe.recompute = Recompute::kFull;
     const double modelled = fallback_.layer_cost(probe).seconds;
     return modelled > 0 ? entry->seconds[i] / modelled : 1.0;
   };

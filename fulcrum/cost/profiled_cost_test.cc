@@ -170,6 +170,32 @@ TEST(ProfiledCost, AnEntryAppliesToWorkInItsOwnDtypeOnly) {
   EXPECT_DOUBLE_EQ(seconds(Dtype::kFp8), 0.001);
 }
 
+// A fallback whose recomputation is the forward's 1 µs a token when full and a fifth of it when selective.
+class SelectiveIsAFifth : public CostModel {
+ public:
+  LayerCost layer_cost(const LayerWork& w) const override {
+    double s = 1e-6 * static_cast<double>(w.batch.tokens);
+    if (w.pass == Pass::kRecompute && w.recompute == Recompute::kSelective) s /= 5;
+    return {s, 0, {Kernel{"all", Kernel::Kind::kCompute, 0, 0, 0, s}}};
+  }
+};
+
+// The profiler's recompute pass reruns the whole forward. Selective recomputation keeps the model's share of it:
+// the measured ratio (3 ms against 1 ms modelled here) scales the modelled selective rerun, not the whole one.
+TEST(ProfiledCost, SelectiveRecomputationScalesItsOwnModelledTimeByTheWholeRerunsRatio) {
+  const SelectiveIsAFifth fallback;
+  const ProfiledCost cost(fallback, parse_profile_table(R"({"fulcrum_profile": 1, "device": "h100", "entries": [
+    {"layer": "transformer", "hidden": 8, "ffn": 16, "heads": 2, "kv_heads": 1, "head_dim": 4, "mlp": "swiglu",
+     "pass": "recompute", "tokens": [1000], "seconds": [0.003]}]})", "p.json"));
+  const LayerSpec block = tiny_gqa_swiglu_block();
+  const TokenBatch batch{1, 1000, 1000000};
+  const auto recompute = [&](Recompute mode) {
+    return cost.layer_cost({&block, Pass::kRecompute, batch, {1, false}, true, mode, Dtype::kBf16}).seconds;
+  };
+  EXPECT_DOUBLE_EQ(recompute(Recompute::kFull), 0.003);
+  EXPECT_DOUBLE_EQ(recompute(Recompute::kSelective), 0.003 / 5);
+}
+
 TEST(ProfileTable, BadInputNamesFileAndEntry) {
   const struct {
     const char* text;
