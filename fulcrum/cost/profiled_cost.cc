@@ -122,6 +122,25 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
     }
     ProfileEntry entry;
     entry.kind = kind_named(e["layer"].get<std::string>(), where);
+    // A shape key of another layer kind would never be compared, so two entries differing only there would both
+    // load and the second never be read.
+    static const std::set<std::string> kShapeKeys = {"hidden", "ffn",   "heads",       "kv_heads",     "head_dim",
+                                                     "vocab",  "mlp",   "in_features", "window_tokens"};
+    std::set<std::string> applies = {"hidden"};
+    switch (entry.kind) {
+      case LayerKind::kTransformerBlock: applies.insert({"ffn", "heads", "kv_heads", "head_dim", "mlp", "window_tokens"}); break;
+      case LayerKind::kTokenEmbedding:
+      case LayerKind::kLmHead: applies.insert("vocab"); break;
+      case LayerKind::kPatchEmbedding:
+      case LayerKind::kProjector: applies.insert({"in_features", "ffn"}); break;
+      case LayerKind::kFinalNorm: break;
+    }
+    for (const auto& [key, value] : e.items()) {
+      if (kShapeKeys.count(key) && !applies.count(key)) {
+        throw InputError(fmt::format("{}: key \"{}\" does not apply to a {} layer", where, key,
+                                     layer_kind_name(entry.kind)));
+      }
+    }
     entry.pass = pass_named(e["pass"].get<std::string>(), where);
     entry.hidden = size_or_zero(e, "hidden", where);
     entry.ffn = size_or_zero(e, "ffn", where);
@@ -133,7 +152,10 @@ ProfileTable parse_profile_table(std::string_view text, const std::string& file)
     entry.window_tokens = size_or_zero(e, "window_tokens", where);
     entry.sequence_tokens = size_or_zero(e, "sequence_tokens", where);
     const int64_t tp = size_or_zero(e, "tp", where);
-    entry.tp = tp > 0 ? static_cast<int>(std::min<int64_t>(tp, 1 << 20)) : 1;
+    if (e.contains("tp") && (tp < 1 || tp > (1 << 20))) {
+      throw InputError(fmt::format("{}: tp must be a positive integer up to 1048576", where));
+    }
+    entry.tp = e.contains("tp") ? static_cast<int>(tp) : 1;
     if (e.contains("sequence_parallel")) {
       if (!e["sequence_parallel"].is_boolean()) {
         throw InputError(fmt::format("{}: sequence_parallel must be true or false", where));

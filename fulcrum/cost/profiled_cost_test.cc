@@ -232,6 +232,14 @@ TEST(ProfileTable, BadInputNamesFileAndEntry) {
       // Every key is one the format knows: a misspelt one would be dropped and the entry match other layers.
       {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "xidden": 8,
           "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: unknown key \"xidden\""},
+      // A shape key of another kind is never compared: two entries differing there would both load.
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "lm_head", "pass": "forward", "hidden": 8, "vocab": 64,
+          "heads": 2, "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: key \"heads\" does not apply to a lm_head layer"},
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "final_norm", "pass": "forward", "hidden": 8, "ffn": 16,
+          "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: key \"ffn\" does not apply to a final_norm layer"},
+      // No tensor-parallel degree is 0; before, 0 read as 1.
+      {R"({"fulcrum_profile": 1, "entries": [{"layer": "lm_head", "pass": "forward", "hidden": 8, "vocab": 64,
+          "tp": 0, "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: tp must be a positive integer"},
       // The keys that shape a layer kind are required: without them it prices a layer of no width.
       {R"({"fulcrum_profile": 1, "entries": [{"layer": "transformer", "pass": "forward", "ffn": 16, "heads": 2,
           "kv_heads": 1, "head_dim": 4, "tokens": [1], "seconds": [1]}]})", "p.json: entry 0: hidden must be a positive integer"},

@@ -73,16 +73,57 @@ def test_a_kineto_trace_gives_the_same_table(profiled):
 
 def test_bad_tables_and_traces_are_named(tmp_path):
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"fulcrum_profile": 1, "entries": [
-        {"layer": "transformer", "pass": "forward", "tokens": [2, 1], "seconds": [1, 2]}]}))
+    lm_head = {"layer": "lm_head", "hidden": 8, "vocab": 64, "pass": "forward"}
+    bad.write_text(json.dumps({"fulcrum_profile": 1, "device": "cpu", "entries": [
+        dict(lm_head, tokens=[2, 1], seconds=[1, 2])]}))
     with pytest.raises(ValueError, match="bad.json: entry 0: tokens must increase"):
         fp.read_profile(bad)
+    # What the core refuses, the Python reader refuses: a key no entry has, a count given as true.
+    for entry, message in ((dict(lm_head, tokens=[1], seconds=[1], heads=2), "heads"),
+                           (dict(lm_head, tokens=[True], seconds=[1]), "tokens")):
+        bad.write_text(json.dumps({"fulcrum_profile": 1, "device": "cpu", "entries": [entry]}))
+        with pytest.raises(ValueError, match=f"bad.json: entry 0: .*{message}"):
+            fp.read_profile(bad)
     with pytest.raises(ValueError, match="bad.json: entry 0"):
         core.check_profile(bad.read_text(), str(bad))
     empty = tmp_path / "trace.json"
     empty.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "dur": 3}]}))
     with pytest.raises(ValueError, match="trace.json: no fulcrum"):
         fp.import_kineto_trace(empty, TinyVlm(CONFIG).fulcrum_model())
+
+
+def test_a_trace_of_a_frozen_first_layer_and_of_a_gpu_is_read_as_profile_model_writes_it(tmp_path):
+    # Layer 0 (the patch embedding, frozen, on pixels that take no gradient) runs forwards only, as time_layer
+    # times it; layer 1's forward also has the GPU's span of the same name, shorter, which is not the host's.
+    def span(name, dur, cat="user_annotation"):
+        return {"ph": "X", "name": name, "dur": dur, "cat": cat}
+
+    events = [span("fulcrum/0/64/forward", 100), span("fulcrum/0/64/forward", 300), span("fulcrum/0/64/forward", 200),
+              span("fulcrum/1/64/forward", 1000), span("fulcrum/1/64/forward", 40, "gpu_user_annotation"),
+              span("fulcrum/1/64/backward", 2000), span("fulcrum/1/64/backward_input", 1200),
+              span("fulcrum/1/64/backward_weight", 900)]
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    model_json = TinyVlm(CONFIG).fulcrum_model()
+    table = fp.import_kineto_trace(trace, model_json)
+    seconds = {(e["layer"], e["pass"]): e["seconds"] for e in table["entries"]}
+    assert seconds[("patch_embedding", "forward")] == [pytest.approx(200e-6)]  # the median of three
+    assert ("patch_embedding", "backward") not in seconds
+    assert seconds[("transformer", "forward")] == [pytest.approx(1000e-6)]
+    assert seconds[("transformer", "backward_weight")] == [pytest.approx(900e-6)]
+    # Split halves without the whole backward they are checked against are refused.
+    trace.write_text(json.dumps({"traceEvents": [span("fulcrum/1/64/forward", 1000),
+                                                 span("fulcrum/1/64/backward_input", 1200)]}))
+    with pytest.raises(ValueError, match="trace.json: layer 1 at 64 tokens has split backward runs"):
+        fp.import_kineto_trace(trace, model_json)
+
+
+def test_an_encoder_token_count_between_whole_items_is_refused():
+    # The vision tower runs whole tiles: 100 tokens would be timed as one 64-token tile and recorded as 100.
+    model = TinyVlm(CONFIG)
+    with pytest.raises(ValueError, match="token count 100 for component 'vision' is not a whole number of its "
+                                         f"{CONFIG.patches}-token items"):
+        fp.profile_model(model, model.fulcrum_model(), dict(GRID, vision=[64, 100]), warmup=0, repeats=1)
 
 
 def test_a_model_json_that_is_not_the_model_is_refused():

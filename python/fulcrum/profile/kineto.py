@@ -29,7 +29,9 @@ def import_kineto_trace(path: Union[str, os.PathLike], model_json: Mapping[str, 
         raise ValueError(f"{path}: no traceEvents array")
     runs: dict[tuple[int, int, str], list[float]] = defaultdict(list)
     for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X":
+        # On CUDA Kineto gives each labelled range twice: the host's span, which encloses the timed call as
+        # profile_model times it, and a span of the GPU's work under the same name, which is left out.
+        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") == "gpu_user_annotation":
             continue
         m = _LABEL.match(str(e.get("name", "")))
         if m and isinstance(e.get("dur"), (int, float)):
@@ -43,8 +45,14 @@ def import_kineto_trace(path: Union[str, os.PathLike], model_json: Mapping[str, 
             return statistics.median(times) if times else None
 
         forward, whole = median("forward"), median("backward")
-        if forward is None or whole is None:
-            raise ValueError(f"{path}: layer {layer} at {tokens} tokens lacks its forward or backward runs")
+        if forward is None:
+            raise ValueError(f"{path}: layer {layer} at {tokens} tokens lacks its forward runs")
+        if whole is None:  # a frozen layer on inputs that take no gradient runs no backward (as time_layer gives)
+            if median("backward_input") is not None or median("backward_weight") is not None:
+                raise ValueError(f"{path}: layer {layer} at {tokens} tokens has split backward runs but no whole "
+                                 "backward")
+            measured[layer][tokens] = {"forward": forward, "recompute": forward}
+            continue
         measured[layer][tokens] = passes_from_medians(forward, whole, median("backward_input"),
                                                       median("backward_weight"))
     return table_from_measurements(model_json, measured, device=device, dtype=dtype)

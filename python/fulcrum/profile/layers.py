@@ -213,6 +213,13 @@ def profile_model(model: torch.nn.Module, model_json: Mapping[str, Any],
         grid = sorted({int(t) for t in grid})
         if not grid:
             raise ValueError(f"no token counts to profile component {spec['_component']!r} at")
+        # An encoder's or projector's layer runs whole items: a count between them would be measured on fewer
+        # tokens than the table records.
+        item = spec["_sequence_tokens"]
+        split = [t for t in grid if item and t % item]
+        if split:
+            raise ValueError(f"token count {split[0]} for component {spec['_component']!r} is not a whole number of "
+                             f"its {item}-token items")
         grids[index] = grid
     runs: dict[int, dict[int, list[dict[str, float]]]] = {i: {t: [] for t in g} for i, g in grids.items()}
     for _ in range(rounds):
@@ -239,24 +246,12 @@ def write_profile(path: Union[str, os.PathLike], table: Mapping[str, Any]) -> No
 
 
 def read_profile(path: Union[str, os.PathLike]) -> dict:
-    """Reads a profile table, checking what the core's reader checks (ValueError naming the file and entry)."""
+    """Reads a profile table after the core's own reader has checked it (ValueError naming the file and entry):
+    what ``--profile`` accepts, this accepts."""
+    from fulcrum._core import check_profile
+
     path = os.fspath(path)
-    doc = read_json(path, "JSON")
-    if not isinstance(doc, dict) or doc.get("fulcrum_profile") != PROFILE_VERSION:
-        raise ValueError(f"{path}: not a Fulcrum profile of version {PROFILE_VERSION}")
-    entries = doc.get("entries")
-    if not isinstance(entries, list):
-        raise ValueError(f"{path}: entries must be an array")
-    for i, e in enumerate(entries):
-        where = f"{path}: entry {i}"
-        if not isinstance(e, dict) or e.get("pass") not in PASSES or not isinstance(e.get("layer"), str):
-            raise ValueError(f"{where}: needs a layer and a pass ({', '.join(PASSES)})")
-        tokens, seconds = e.get("tokens"), e.get("seconds")
-        if (not isinstance(tokens, list) or not isinstance(seconds, list) or not tokens
-                or len(tokens) != len(seconds)):
-            raise ValueError(f"{where}: tokens and seconds must be arrays of one length")
-        if any(not isinstance(x, (int, float)) or x <= 0 for x in tokens + seconds):
-            raise ValueError(f"{where}: tokens and seconds must be positive numbers")
-        if any(b <= a for a, b in zip(tokens, tokens[1:])):
-            raise ValueError(f"{where}: tokens must increase")
-    return doc
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    check_profile(text, path)
+    return json.loads(text)
