@@ -43,26 +43,34 @@ py::array_t<T> column_view(const std::vector<T>& column, py::handle owner) {
   return view;
 }
 
-// Integer counts from any array-like (numpy array, list, torch tensor via __array__); floats are refused
-// rather than truncated.
+// Integer counts from any array-like (numpy array, list, torch tensor via __array__), each from 0 to `most`;
+// floats and booleans are refused rather than truncated or counted as 1.
 template <typename T>
-std::vector<T> to_vector(const py::object& given, const char* name) {
+std::vector<T> to_vector(const py::object& given, const char* name,
+                         int64_t most = static_cast<int64_t>(std::numeric_limits<T>::max())) {
   const py::array array = py::array::ensure(given);
   if (!array) throw InputError(std::string(name) + " must be an array of integers");
   const char kind = array.dtype().kind();
-  if (kind != 'i' && kind != 'u' && kind != 'b' && !(kind == 'O' && array.size() == 0)) {
+  if (kind != 'i' && kind != 'u' && !(kind == 'O' && array.size() == 0)) {
     throw InputError(std::string(name) + " must hold integers, got dtype " + std::string(py::str(array.dtype())));
   }
   if (array.ndim() != 1) throw InputError(std::string(name) + " must be a one-dimensional array");
-  const py::array_t<int64_t, py::array::c_style | py::array::forcecast> as_int(array);
-  std::vector<T> out(static_cast<size_t>(as_int.size()));
-  const int64_t* values = as_int.data();
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (values[i] < 0 || values[i] > static_cast<int64_t>(std::numeric_limits<T>::max())) {
-      throw InputError(std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string(values[i]) +
-                       " is out of range");
+  std::vector<T> out(static_cast<size_t>(array.size()));
+  const auto check = [&](size_t i, auto value, bool in_range) {
+    if (!in_range) {
+      throw InputError(std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string(value) +
+                       " is out of range (0 to " + std::to_string(most) + ")");
     }
-    out[i] = static_cast<T>(values[i]);
+    out[i] = static_cast<T>(value);
+  };
+  if (kind == 'u') {  // unsigned: read as such, so that values past 2^63 are not read as negative
+    const py::array_t<uint64_t, py::array::c_style | py::array::forcecast> as_unsigned(array);
+    const uint64_t* values = as_unsigned.data();
+    for (size_t i = 0; i < out.size(); ++i) check(i, values[i], values[i] <= static_cast<uint64_t>(most));
+  } else {
+    const py::array_t<int64_t, py::array::c_style | py::array::forcecast> as_int(array);
+    const int64_t* values = as_int.data();
+    for (size_t i = 0; i < out.size(); ++i) check(i, values[i], values[i] >= 0 && values[i] <= most);
   }
   return out;
 }
@@ -80,9 +88,11 @@ std::shared_ptr<Dataset> dataset_from_arrays(const py::object& tokens, const std
   } else {
     throw InputError("vision_unit must be \"tiles\" or \"patch_tokens\", got \"" + vision_unit + "\"");
   }
-  const std::vector<uint32_t> token_column = to_vector<uint32_t>(tokens, "tokens");
+  // The caps a length file's records have: counts past 2^31 - 1 are no sample's.
+  constexpr int64_t kMost = std::numeric_limits<int32_t>::max();
+  const std::vector<uint32_t> token_column = to_vector<uint32_t>(tokens, "tokens", kMost);
   std::vector<uint32_t> vision_column(token_column.size(), 0);
-  if (vision) vision_column = to_vector<uint32_t>(*vision, "vision");
+  if (vision) vision_column = to_vector<uint32_t>(*vision, "vision", kMost);
   std::vector<int32_t> image_column;
   if (images) image_column = to_vector<int32_t>(*images, "images");
   if (vision_column.size() != token_column.size() ||
@@ -101,7 +111,13 @@ std::shared_ptr<Dataset> dataset_from_arrays(const py::object& tokens, const std
   return data;
 }
 
-std::shared_ptr<Dataset> load(const std::string& path, const std::string& root, bool strict) {
+// Paths as os.fspath takes them: str, pathlib.Path or any os.PathLike.
+std::string path_text(const py::object& path) {
+  return py::module_::import("os").attr("fspath")(path).cast<std::string>();
+}
+
+std::shared_ptr<Dataset> load(const py::object& given_path, const py::object& given_root, bool strict) {
+  const std::string path = path_text(given_path), root = path_text(given_root);
   std::ostringstream warnings;
   LoadedData loaded;
   {
@@ -113,7 +129,8 @@ std::shared_ptr<Dataset> load(const std::string& path, const std::string& root, 
   for (std::string line; std::getline(lines, line);) {
     constexpr std::string_view kPrefix = "fulcrum: warning: ";
     if (line.rfind(kPrefix, 0) == 0) line.erase(0, kPrefix.size());
-    if (!line.empty() && PyErr_WarnEx(PyExc_UserWarning, line.c_str(), 2) != 0) throw py::error_already_set();
+    // Level 1: the warning names the caller's line (from C there is no frame of this function to skip).
+    if (!line.empty() && PyErr_WarnEx(PyExc_UserWarning, line.c_str(), 1) != 0) throw py::error_already_set();
   }
   return std::make_shared<Dataset>(std::move(loaded.dataset));
 }
@@ -198,7 +215,15 @@ std::string pipeline_schedule(const std::string& kind, int micro_batches,
   layout.vpp = vpp;
   layout.state_sharding = StateSharding::kZero0;
   std::vector<StageLayers> cut;
-  for (const auto& [first, end] : stages) cut.push_back({static_cast<int32_t>(first), static_cast<int32_t>(end)});
+  for (const auto& [first, end] : stages) {
+    // Layer indices are 32-bit in a schedule: a bound past that would be cut to another layer, not refused.
+    if (first < 0 || end < 0 || first > std::numeric_limits<int32_t>::max() ||
+        end > std::numeric_limits<int32_t>::max()) {
+      throw InputError("stage (" + std::to_string(first) + ", " + std::to_string(end) +
+                       ") is outside the layers a schedule can index");
+    }
+    cut.push_back({static_cast<int32_t>(first), static_cast<int32_t>(end)});
+  }
   std::vector<Recompute> modes;
   for (const std::string& r : recompute) {
     if (r == "none") {
@@ -288,8 +313,13 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("epoch", &BatchPlan::epoch)
       .def_property_readonly("sample_ids", [](py::object self) { return column_view(self.cast<const BatchPlan&>().sample_ids(), self); })
       .def_property_readonly("begins", [](py::object self) { return column_view(self.cast<const BatchPlan&>().micro_batch_begins(), self); })
-      .def("tail", [](const BatchPlan& p, int64_t step) { return std::make_shared<BatchPlan>(p.tail(step)); },
-           py::arg("step"))
+      .def("tail", [](const BatchPlan& p, int64_t step) {
+             if (step < 0 || step > p.steps()) {
+               throw InputError("step " + std::to_string(step) + " is outside the plan's " +
+                                std::to_string(p.steps()) + " steps");
+             }
+             return std::make_shared<BatchPlan>(p.tail(step));
+           }, py::arg("step"))
       .def("audit", [](const BatchPlan& p, const Dataset& d) {
         const PlanAudit a = audit_plan(p, d);
         py::dict out;
@@ -298,6 +328,7 @@ PYBIND11_MODULE(_core, m) {
         out["extra"] = a.extra;
         out["duplicated"] = a.duplicated;
         out["empty_micro_batches"] = a.empty_micro_batches;
+        out["out_of_range"] = a.out_of_range;
         out["ok"] = a.ok(p);
         return out;
       }, py::arg("dataset"));

@@ -102,6 +102,11 @@ def _mix_seed(seed: int, segment: int) -> int:
     return z ^ (z >> 31)
 
 
+# The most tokens a sample may count, as in a length file (an unsigned count near 2^64 would wrap to a negative
+# one when read as int64).
+_MOST_COUNT = 2**31 - 1
+
+
 def _distributed_rank_and_size() -> Optional[tuple[int, int]]:
     """The process group's rank and size; None when there is none."""
     try:
@@ -209,8 +214,8 @@ class BalancedBatchSampler:
             given = np.asarray(loss_tokens)
             if (given.shape != (n,) or not (np.issubdtype(given.dtype, np.integer) or given.dtype == bool
                                             or (np.isfinite(given).all() and (given == np.round(given)).all()))
-                    or (n and given.min() < 0)):
-                raise ValueError(f"loss_tokens must hold {n} non-negative whole counts, one per sample")
+                    or (n and (given.min() < 0 or given.max() > _MOST_COUNT))):
+                raise ValueError(f"loss_tokens must hold {n} whole counts from 0 to {_MOST_COUNT}, one per sample")
             self._loss_tokens = given.astype(np.int64)
         if rank is not None:
             rank = _whole("rank", rank, 0)
@@ -266,6 +271,7 @@ class BalancedBatchSampler:
         self._started = False
         self._start_step: Optional[int] = None
         self._fresh: Optional[_SegmentPlan] = None  # the epoch's plan from its start, for that next pass
+        self._passes = 0  # iterations started: the progress is the sampler's, so only the latest may go on
 
     # -- PyTorch sampler protocol -------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -292,11 +298,16 @@ class BalancedBatchSampler:
             self._step = self._start_step
         plan = self.plan
         self._started = True
+        self._passes += 1
+        this_pass = self._passes
         m = plan.micro_batches
         dp = plan.dp
         ids, begins, prefix = plan.ids, plan.begins, plan.prefix
         offset = self._steps_before_segment()
         while self._step < plan.steps:
+            if this_pass != self._passes:
+                raise RuntimeError("the sampler was iterated again since this iterator started: the progress "
+                                   "through the epoch is the sampler's, so only the newest iterator goes on")
             step = self._step
             step_tokens = int(plan.step_tokens[step])
             first = (step * dp + self.rank) * m

@@ -47,8 +47,12 @@ def test_a_missing_entry_is_an_error_for_the_sampler_and_skipped_with_a_warning_
     with pytest.warns(UserWarning, match="'gone'.*not found"):
         sampler = fulcrum.BalancedBatchSampler(index, strict=False)
     assert np.asarray(sampler.dataset.tokens).tolist() == a
-    with pytest.warns(UserWarning, match="'gone'.*not found"):
+    with pytest.warns(UserWarning, match="'gone'.*not found") as caught:
         assert len(fulcrum.Dataset.load(str(index))) == len(a)  # the core loader stays lenient, as the CLI
+    assert caught[0].filename == __file__  # the caller's line, not one above it
+    # A pathlib path, as os.fspath takes it, for the file and the root.
+    with pytest.warns(UserWarning, match="'gone'.*not found"):
+        assert len(fulcrum.Dataset.load(index, root=folder)) == len(a)
 
 
 def test_a_bad_record_names_the_file_and_the_record(tmp_path):

@@ -423,6 +423,48 @@ def test_bad_seed_and_loss_tokens_are_refused_up_front():
         fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, loss_tokens=np.full(10, 2.5))
 
 
+def test_counts_past_a_length_files_caps_are_refused():
+    # A count as a length file caps it (2^31 - 1), booleans and unsigned values near 2^64 are no counts.
+    tokens, tiles = random_lengths(10, 0)
+    with pytest.raises(ValueError, match=r"loss_tokens must hold 10 whole counts from 0 to 2147483647"):
+        fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, loss_tokens=np.full(10, 2**64 - 1, dtype=np.uint64))
+    with pytest.raises(fulcrum.InputError, match=r"tiles\[0\] = 2147483648 is out of range|vision\[0\] = 2147483648"):
+        fulcrum.Dataset.from_arrays([10, 10], [2**31, 5], None, "tiles")
+    with pytest.raises(fulcrum.InputError, match=r"tokens\[1\] = 18446744073709551615 is out of range"):
+        fulcrum.Dataset.from_arrays(np.array([10, 2**64 - 1], dtype=np.uint64), None, None, "tiles")
+    with pytest.raises(fulcrum.InputError, match="tokens must hold integers, got dtype bool"):
+        fulcrum.Dataset.from_arrays(np.array([True, True]), None, None, "tiles")
+    assert list(fulcrum.Dataset.from_arrays([2**31 - 1], [2**31 - 1], None, "tiles").tokens) == [2**31 - 1]
+
+
+def test_an_iterator_the_sampler_has_started_again_since_stops():
+    # The progress through the epoch is the sampler's: a second live iterator would share it, each getting some
+    # of the steps. The older one refuses to go on; the newer one gives the whole epoch.
+    tokens, tiles = random_lengths(60, 2)
+    sampler = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=1)
+    whole = epoch_batches(fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=1))
+    older = iter(sampler)
+    next(older)
+    newer = iter(sampler)
+    first = next(newer)
+    with pytest.raises(RuntimeError, match="iterated again since this iterator started"):
+        next(older)
+    rest = [(b.info.step, b.info.micro_batch, list(b)) for b in newer]
+    assert [(first.info.step, first.info.micro_batch, list(first)), *rest] == whole
+
+
+def test_plan_tails_and_audits_name_what_is_wrong():
+    data = fulcrum.Dataset.from_arrays([100] * 8, [1] * 8, None, "tiles")
+    plan = fulcrum.plan(data, algo="random", dp=2, samples_per_step=4)
+    assert plan.tail(plan.steps).steps == 0 and plan.tail(1).steps == plan.steps - 1
+    for step in (-1, plan.steps + 1):
+        with pytest.raises(fulcrum.InputError, match=f"step {step} is outside the plan's {plan.steps} steps"):
+            plan.tail(step)
+    # Audited against fewer samples than it places: the ids past them are counted, which is why it fails.
+    audit = plan.audit(fulcrum.Dataset.from_arrays([100] * 4, [1] * 4, None, "tiles"))
+    assert not audit["ok"] and audit["out_of_range"] == 4
+
+
 def test_measure_refuses_a_plan_of_other_data():
     tokens, tiles = random_lengths(500, 1)
     data = fulcrum.Dataset.from_arrays(tokens, tiles)
