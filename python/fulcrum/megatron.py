@@ -24,7 +24,8 @@ def _expand_runs(runs):
 
 
 def _block_flags(plan):
-    """Which flattened layers are the LLM's transformer blocks (the layout's ``t``), if the plan file says.
+    """Which flattened layers are the LLM's transformer blocks (the layout's ``t``), if the plan file says (None
+    otherwise).
 
     Plan files before ``llm_blocks`` gave only ``transformer_blocks``, the encoders' blocks among them.
     """
@@ -35,8 +36,8 @@ def _block_flags(plan):
 def recompute_num_layers(plan, pipeline_rank):
     """The number of LLM blocks Megatron-LM should recompute on each model chunk of ``pipeline_rank``.
 
-    ``plan`` is the JSON object ``fulcrum plan --out`` writes (or its ``schedule``, in which every layer counts as
-    a block). The answer is the most any of the rank's chunks recomputes, counting selective recomputation as
+    ``plan`` is the JSON object ``fulcrum plan --out`` writes (its ``llm_blocks`` say which layers Megatron's
+    count covers; ValueError without them). The answer is the most any of the rank's chunks recomputes, counting selective recomputation as
     full, so every chunk fits its memory. The encoders' blocks do not count: Megatron configures its vision model's
     recomputation on its own.
     """
@@ -47,10 +48,14 @@ def recompute_num_layers(plan, pipeline_rank):
         raise ValueError(f"pipeline rank {pipeline_rank} is not one of the plan's {pp}")
     modes = _expand_runs(schedule["recompute"])
     blocks = _block_flags(plan)
+    if blocks is None:
+        raise ValueError("the plan does not say which layers are the LLM's blocks (llm_blocks): pass the whole file "
+                         "fulcrum plan --out writes, not its schedule alone")
+    if len(blocks) != len(modes):
+        raise ValueError(f"the plan's llm_blocks names {len(blocks)} layers but its schedule {len(modes)}")
     most = 0
     for chunk in range(vpp):
         first, end = schedule["stages"][chunk * pp + pipeline_rank]
-        count = sum(1 for i in range(first, end)
-                    if modes[i] != "none" and (blocks is None or blocks[i]))
+        count = sum(1 for i in range(first, end) if modes[i] != "none" and blocks[i])
         most = max(most, count)
     return most

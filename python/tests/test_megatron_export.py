@@ -18,7 +18,8 @@ def test_each_rank_takes_the_most_its_chunks_recompute_counting_selective_as_ful
     # 8 layers, pp 2 × vpp 2: stages [0,2) [2,4) [4,6) [6,8) on ranks 0, 1, 0, 1.
     # Modes: none none | full selective | full full | none selective.
     p = plan(2, 2, [[0, 2], [2, 4], [4, 6], [6, 8]],
-             [["none", 2], ["full", 1], ["selective", 1], ["full", 2], ["none", 1], ["selective", 1]])
+             [["none", 2], ["full", 1], ["selective", 1], ["full", 2], ["none", 1], ["selective", 1]],
+             llm_blocks=[True] * 8)
     assert recompute_num_layers(p, 0) == 2  # chunk 0 recomputes 0, chunk 1 recomputes 2
     assert recompute_num_layers(p, 1) == 2  # chunk 0: full + selective; chunk 1: selective only
 
@@ -35,8 +36,16 @@ def test_the_encoders_blocks_do_not_count_where_the_plan_names_the_llms():
 
 
 def test_a_rank_outside_the_plan_is_refused():
-    with pytest.raises(ValueError):
-        recompute_num_layers(plan(2, 1, [[0, 1], [1, 2]], [["none", 2]]), 2)
+    with pytest.raises(ValueError, match="pipeline rank 2 is not one of the plan's 2"):
+        recompute_num_layers(plan(2, 1, [[0, 1], [1, 2]], [["none", 2]], llm_blocks=[True, True]), 2)
+
+
+def test_a_schedule_that_does_not_say_which_layers_are_blocks_is_refused():
+    # Counting the embedding and the head as blocks would recompute more than the plan does.
+    with pytest.raises(ValueError, match="which layers are the LLM's blocks"):
+        recompute_num_layers(plan(1, 1, [[0, 2]], [["full", 2]])["schedule"], 0)
+    with pytest.raises(ValueError, match="names 3 layers but its schedule 2"):
+        recompute_num_layers(plan(1, 1, [[0, 2]], [["full", 2]], llm_blocks=[True] * 3), 0)
 
 
 def test_the_module_is_reachable_after_a_plain_import_of_the_package():

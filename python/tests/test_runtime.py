@@ -201,6 +201,34 @@ def test_wave_messages_between_two_devices_never_share_a_tag():
     assert len(set(tags)) == len(tags)
 
 
+def test_a_slice_cut_into_other_micro_batches_than_its_producer_is_refused():
+    # Task 0 runs an encoder (component 0, 2 layers) into an LLM (component 1): the encoder's slice as 2 × 4
+    # rows, the LLM's as 4 × 2. Rows move micro-batch by micro-batch, so half the LLM's rows would find no sender.
+    from types import SimpleNamespace
+
+    from fulcrum.runtime.waves import WavePlan, WaveRuntime, WaveSlice
+
+    def cut(component, sequences, micro_batches, wave):
+        return WaveSlice(task=0, component=component, first_layer=0, layers=2, sequences=sequences, tokens=8,
+                         micro_batches=micro_batches, dp=1, tp=1, wave=wave, devices=(0,))
+
+    encoder, llm = SimpleNamespace(component=0, inputs=[], terminal=False), SimpleNamespace(component=1, inputs=[0],
+                                                                                            terminal=True)
+    runtime = SimpleNamespace(model=SimpleNamespace(components={"vision": [0, 0], "llm": [0, 0]}),
+                              component_names=["vision", "llm"], batch_sizes=[8], tasks=[[encoder, llm]])
+    runtime._node_of = lambda s: WaveRuntime._node_of(runtime, s)
+    for llm_cut, refused in ((cut(1, 4, 2, 1), True), (cut(1, 2, 4, 1), False)):
+        runtime.plan = WavePlan(devices=1, waves=2, slices=(cut(0, 2, 4, 0), llm_cut), sync_groups=(), programs=(),
+                                where="waves.json")
+        if refused:
+            with pytest.raises(ValueError, match="waves.json: slice 1 runs 2 micro-batches, but slice 0, whose "
+                                                 "output it takes, runs 4"):
+                WaveRuntime._wire(runtime)
+        else:
+            WaveRuntime._wire(runtime)
+            assert runtime.producers == [[], [0]]
+
+
 def test_a_trace_of_something_else_is_refused_and_leaves_no_file(tmp_path):
     timeline = fr.Timeline()
     timeline.begin_step()
@@ -331,3 +359,47 @@ print("ddp accepted")
     assert lines[0].startswith("refused:") and "executor" in lines[0] and "NCCL" in lines[0], lines[0]
     assert lines[1].startswith("refused:") and "WaveRuntime" in lines[1] and "NCCL" in lines[1], lines[1]
     assert lines[2] == "ddp accepted"
+
+
+def test_a_step_that_fails_leaves_the_gradients_as_they_were(tmp_path):
+    # One process, PP 1 × 2 chunks (the executor): the loss of the second micro-batch raises after the first
+    # micro-batch's backward has written gradients. Parameters that held none hold none again; one that held a
+    # gradient from an earlier call holds exactly it.
+    import torch.nn as nn
+
+    class Layer(nn.Module):
+        def __init__(self, first):
+            super().__init__()
+            self.first, self.linear = first, nn.Linear(3, 3)
+
+        def forward(self, state, batch):
+            return (self.linear(batch["x"] if self.first else state[0]),)
+
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.layers = nn.ModuleList(Layer(i == 0) for i in range(4))
+
+    calls = []
+
+    def loss_fn(out, labels):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("a loss that fails")
+        return out.sum()
+
+    model = Chain()
+    earlier = torch.full((3,), 7.0)
+    model.layers[3].linear.bias.grad = earlier.clone()
+    runtime = fr.Runtime(model, fr.RuntimePlan.generate("interleaved", 4, 2, pp=1, vpp=2), loss_fn)
+    assert runtime.engine == "executor"
+    batches = [{"x": torch.randn(2, 3), "labels": torch.ones(2, dtype=torch.long)} for _ in range(2)]
+    with pytest.raises(RuntimeError, match="a loss that fails"):
+        runtime.step(batches, step_tokens=4)
+    assert len(calls) == 2
+    for name, q in model.named_parameters():
+        if name == "layers.3.linear.bias":
+            assert torch.equal(q.grad, earlier)
+        else:
+            assert q.grad is None, name

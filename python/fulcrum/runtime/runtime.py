@@ -342,7 +342,8 @@ class Runtime:
         if self.engine == "ddp":
             compute = self._step_ddp(micro_batches)
         else:
-            earlier = self._set_aside_earlier_gradients() if p.dp > 1 or self.encoder is not None else []
+            # Set aside even where nothing is reduced over replicas, so that a step that fails can put them back.
+            earlier = self._set_aside_earlier_gradients()
             try:
                 if self.engine == "torch":
                     self._step_torch(micro_batches)
@@ -353,7 +354,11 @@ class Runtime:
                     with self.timeline.span("all_reduce gradients", "collective", COLLECTIVE):
                         self._all_reduce_gradients(self.parameters())
             except BaseException:
-                for q, grad in earlier:  # a step that fails leaves the gradients as they were, not half of its own
+                # A step that fails leaves the gradients as they were, not half of its own: none where there were
+                # none.
+                for q in self.parameters():
+                    q.grad = None
+                for q, grad in earlier:
                     q.grad = grad
                 raise
             for q, grad in earlier:

@@ -345,6 +345,12 @@ class WaveRuntime:
                 self.producers.append([end_of[(s.task, self.tasks[s.task][j].component,
                                                layers[self.tasks[s.task][j].component])] for j in node.inputs])
             self.loss_slice.append(node.terminal and s.first_layer + s.layers == layers[s.component])
+            # Rows move between slices micro-batch by micro-batch: a producer cut into other micro-batches would
+            # leave some of this slice's rows unmatched.
+            for j in self.producers[-1]:
+                if p.slices[j].micro_batches != s.micro_batches:
+                    raise ValueError(f"{p.where}: slice {i} runs {s.micro_batches} micro-batches, but slice {j}, "
+                                     f"whose output it takes, runs {p.slices[j].micro_batches}")
 
     def _rows(self, s: int, device: int, mb: int) -> tuple[int, int]:
         """The rows of its task's batch that ``device`` computes in slice ``s``, micro-batch ``mb``."""
