@@ -823,6 +823,11 @@ TEST_F(Cli, SimulateBadInputTable) {
       {"--model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --batcher bogus", "unknown batcher 'bogus'"},
       {"--model gpt-11b --cluster h100:8 --gbs 8 --tp 8 --profile no-such-profile.json",
        "no-such-profile.json: cannot open"},
+      // mbs × dp past 64 bits wrapped to 0 and divided by it; mbs × seq² wrapped into a negative MFU.
+      {"--model gpt-11b --cluster h100:4 --gbs 8 --mbs 4611686018427387904",
+       "--mbs must be from 1 to the global batch (8), got 4611686018427387904"},
+      {"--model gpt-11b --cluster h100:1 --gbs 32768 --mbs 32768 --seq 16777216 --recompute none",
+       "--mbs 32768 × --seq 16777216 squared is more attention than a micro-batch can count"},
   };
   for (const auto& [args, message] : cases) {
     const Result r = run("simulate " + args + " --trace " + trace);

@@ -191,7 +191,14 @@ void run_simulate(const SimulateOptions& o) {
     throw InputError(fmt::format("--seq must be from 1 to 16777216, got {}", o.seq));
   }
   check_global_batch(o.gbs, cluster.devices);
-  if (o.mbs < 1) throw InputError(fmt::format("--mbs must be at least 1, got {}", o.mbs));
+  if (o.mbs < 1 || o.mbs > o.gbs) {
+    throw InputError(fmt::format("--mbs must be from 1 to the global batch ({}), got {}", o.gbs, o.mbs));
+  }
+  // A micro-batch's attention count, samples × tokens², is a 64-bit integer with room for its sums.
+  if (static_cast<double>(o.mbs) * static_cast<double>(o.seq) * static_cast<double>(o.seq) > 0x1p62) {
+    throw InputError(fmt::format("--mbs {} × --seq {} squared is more attention than a micro-batch can count (2^62)",
+                                 o.mbs, o.seq));
+  }
 
   // The plan: generated from the options, or a schedule file written by a planner (or --save-schedule).
   Schedule schedule;

@@ -356,6 +356,36 @@ TEST_F(BrokenSchedule, AnEncoderLayerLeftOutOrACollectiveMissing) {
   EXPECT_THROW(g_.simulate_on(without_collective, g_.in.loads), InputError);
 }
 
+// The copies of an encoder stage pair their collectives by position (as the simulator and NCCL do): copies that
+// run other ones, gradients gathered instead of reduced, or a stage that trains without reducing its gradients over
+// its copies once are refused before anything runs.
+TEST_F(BrokenSchedule, EncoderCopiesRunTheSameCollectivesAndReduceTheirGradientsOnce) {
+  // Encoder pipelines of 2 stages over the LLM's 4: at least two copies of each encoder stage.
+  EightGpus g;
+  g.in.encoder_pp = 2;
+  const Schedule copies = optimus_schedule(g.in, plan_optimus(g.in));
+  ASSERT_GE(copies.encoder.dp, 2);
+  ASSERT_EQ(error_of(copies), "");
+  const auto encoder_gradients = [](const Instruction& in) {
+    return in.op == OpKind::kCollective && in.encoder_pipeline >= 0 && in.tensor == CollectiveTensor::kGradients;
+  };
+  int rank = -1;
+  for (int r = 0; r < static_cast<int>(copies.programs.size()) && rank < 0; ++r) {
+    if (find(copies, r, encoder_gradients) < copies.programs[r].instructions.size()) rank = r;
+  }
+  ASSERT_GE(rank, 0);
+  Schedule gathered = copies;
+  gathered.programs[rank].instructions[find(gathered, rank, encoder_gradients)].collective = CollectiveKind::kAllGather;
+  EXPECT_THAT(error_of(gathered), HasSubstr("gathers gradients, which a step must reduce"));
+  Schedule one_copy_without = copies;
+  auto& ins = one_copy_without.programs[rank].instructions;
+  ins.erase(ins.begin() + static_cast<std::ptrdiff_t>(find(one_copy_without, rank, encoder_gradients)));
+  EXPECT_THAT(error_of(one_copy_without), HasSubstr("copies pair their collectives in order"));
+  Schedule none = copies;
+  for (Program& p : none.programs) std::erase_if(p.instructions, encoder_gradients);
+  EXPECT_THAT(error_of(none), ::testing::ContainsRegex("reduces its gradients over its [0-9]+ copies 0 times a step"));
+}
+
 TEST_F(BrokenSchedule, AMapThatFeedsAMicroBatchTwice) {
   Schedule s = schedule_;
   ASSERT_GE(s.encoder.micro_batches(0), 2);

@@ -283,6 +283,29 @@ TEST_F(BrokenWaves, AMissingSyncCollective) {
   }
 }
 
+// A sync group all-reduces gradients, which is what the simulator times and the runtime runs: a collective of
+// another kind or tensor in its place is refused.
+TEST_F(BrokenWaves, ASyncCollectiveOfAnotherKindOrTensor) {
+  for (const bool kind : {true, false}) {
+    Schedule s = s_;
+    bool changed = false;
+    for (auto& program : s.programs) {
+      for (Instruction& in : program.instructions) {
+        if (in.op != OpKind::kCollective || changed) continue;
+        if (kind) {
+          in.collective = CollectiveKind::kAllGather;
+        } else {
+          in.tensor = CollectiveTensor::kParameters;
+        }
+        changed = true;
+      }
+    }
+    ASSERT_TRUE(changed);
+    EXPECT_THAT(error_of(s), HasSubstr(kind ? "a sync group all-reduces gradients, not all_gather gradients"
+                                            : "a sync group all-reduces gradients, not all_reduce parameters"));
+  }
+}
+
 // A shared layer whose copies no group all-reduces, or one all-reduced over fewer devices than hold it, is a
 // schedule that trains its copies apart: well formed, so validate() passes it, but the simulator knows the model.
 // The validator refuses a group issued twice or left out on a device; the simulator, run without it, fails

@@ -84,6 +84,12 @@ class PlanFileReader : public JsonReader {
     if (p.efficiency_fine && !p.schedule.encoder.present()) {
       fail("optimus", "the plan puts encoders in bubbles, but its schedule has no encoder section");
     }
+    // The global batch is the micro-batch size times the micro-batches and the replicas: a report shows the three.
+    const int64_t mbs = integer(plan, "mbs", "plan");
+    if (mbs < 1 || mbs > p.gbs || static_cast<double>(mbs) * p.micro_batches * l.dp != static_cast<double>(p.gbs)) {
+      fail("plan", "\"mbs\" {} × {} micro-batches × DP {} is not the request's global batch {}", mbs,
+           p.micro_batches, l.dp, p.gbs);
+    }
     // The same request is written at the top for a reader's eye; it must be the one the plan was made for.
     const Json& request = member(doc, "request", "plan");
     for (const char* key : {"cluster", "gbs", "dtype"}) {
@@ -171,9 +177,11 @@ class PlanFileReader : public JsonReader {
         const Json& l = loads[d][j];
         if (!l.is_array() || l.size() != 4) fail(fmt::format("{}[{}]", at, j), "expected [vision, tokens, tokens², sequences]");
         int64_t v[4];
+        // Counts no micro-batch reaches (2^40 tokens; tokens² to 2^62), so the simulator's products of them fit.
+        constexpr int64_t kMost[4] = {int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 62, int64_t{1} << 40};
         for (int k = 0; k < 4; ++k) {
-          if (!l[k].is_number_integer() || l[k].get<int64_t>() < 0) {
-            fail(fmt::format("{}[{}]", at, j), "expected non-negative integers");
+          if (!l[k].is_number_integer() || l[k].get<int64_t>() < 0 || l[k].get<int64_t>() > kMost[k]) {
+            fail(fmt::format("{}[{}]", at, j), "expected integers from 0 to 2^40 (tokens²: 2^62)");
           }
           v[k] = l[k].get<int64_t>();
         }

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -92,6 +93,16 @@ TEST(PlanFile, RefusesASummaryThatDisagreesWithItsSchedule) {
       {[](Json& d) { d["request"]["image_tokens"] = int64_t{1} << 62; }, "request: \"image_tokens\" must be from 0"},
       {[](Json& d) { d["plan"]["micro_batches"] = (int64_t{1} << 32) + 4; }, "\"micro_batches\" must be at most"},
       {[](Json& d) { d["kind"] = 5; }, "plan.json: not a plan file"},
+      // A micro-batch size or global batch that the schedule's micro-batches and replicas do not make.
+      {[](Json& d) { d["plan"]["mbs"] = 999; }, "\"mbs\" 999 × 4 micro-batches × DP 2 is not the request's global batch 8"},
+      {[](Json& d) {
+         d["gbs"] = 4000;
+         d["request"]["gbs"] = 4000;
+       },
+       "\"mbs\" 1 × 4 micro-batches × DP 2 is not the request's global batch 4000"},
+      // Counts no micro-batch has: the simulator's products of them would overflow.
+      {[](Json& d) { d["detail_loads"][0][0] = {7, INT64_MAX, INT64_MAX, 0}; },
+       "detail_loads[0][0]: expected integers from 0 to 2^40"},
   };
   for (const auto& [edit, message] : cases) {
     Json doc = plan_file();

@@ -176,6 +176,13 @@ class Validator {
   }
   uint8_t& encoder_state(int pipeline, int stage, int k) { return encoder_state_[encoder_index(pipeline, stage, k)]; }
 
+  // A collective of gradients reduces them (all-reduce or reduce-scatter): gathering them leaves each replica's own.
+  void check_reduces(const Instruction& in, int r, size_t i) {
+    if (in.collective == CollectiveKind::kAllGather) {
+      fail("{}: gathers gradients, which a step must reduce (all_reduce or reduce_scatter)", describe(r, i));
+    }
+  }
+
   // The checks of an encoder instruction in program order (those of check_programs, for the encoder side).
   void check_encoder_instruction(int r, size_t i) {
     const Instruction& in = s_.programs[r].instructions[i];
@@ -290,11 +297,13 @@ class Validator {
           fail("{}: an encoder collective runs over the encoder's data-parallel group", describe(r, i));
         }
         if (in.tensor == CollectiveTensor::kGradients) {
+          check_reduces(in, r, i);
           if (backwards_begun_[{j, st}] != e.micro_batches(j)) {
             fail("{}: reduces gradients before the backward of every micro-batch", describe(r, i));
           }
           reduced_.insert({j, st});
         }
+        encoder_collectives_[{j, st}].push_back({in.collective, in.tensor});
         break;
       default:
         fail("{}: not an instruction an encoder runs", describe(r, i));
@@ -450,6 +459,7 @@ class Validator {
           }
           case OpKind::kCollective:
             if (in.group != DeviceGroup::kData) fail("{}: an LLM collective runs over its data-parallel group", describe(r, i));
+            if (in.tensor == CollectiveTensor::kGradients) check_reduces(in, r, i);
             if (in.tensor == CollectiveTensor::kGradients && backward_weights[s] != s_.micro_batches) {
               fail("{}: reduces gradients before the stage's last backward", describe(r, i));
             }
@@ -524,6 +534,38 @@ class Validator {
   void check_encoder_coverage() {
     const EncoderSection& e = s_.encoder;
     if (!e.present()) return;
+    // The copies of each encoder stage run the same collectives in the same order, and a stage that trains
+    // reduces its gradients over its copies once a step.
+    const auto text = [](const std::vector<std::pair<CollectiveKind, CollectiveTensor>>& list) {
+      std::vector<std::string> names;
+      for (const auto& [kind, tensor] : list) {
+        names.push_back(fmt::format("{} {}", collective_kind_name(kind), collective_tensor_name(tensor)));
+      }
+      return names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "));
+    };
+    for (int st = 0; st < e.pp; ++st) {
+      const auto& first = encoder_collectives_[{0, st}];
+      for (int j = 0; j < e.pipelines; ++j) {
+        const auto& these = encoder_collectives_[{j, st}];
+        if (these != first) {
+          fail("rank {}: encoder pipeline {} stage {} runs the collectives [{}] but pipeline 0's copy of the stage runs "
+               "[{}]: copies pair their collectives in order", e.rank_of(s_.layout, j, st), j, st, text(these),
+               text(first));
+        }
+      }
+    }
+    for (int st = 0; st < e.pp; ++st) {
+      for (int j = 0; j < e.pipelines; ++j) {
+        const auto& these = encoder_collectives_[{j, st}];
+        const auto reductions = std::count_if(these.begin(), these.end(), [](const auto& c) {
+          return c.second == CollectiveTensor::kGradients;
+        });
+        if (e.dp > 1 && backwards_begun_[{j, st}] > 0 && reductions != 1) {
+          fail("rank {}: encoder pipeline {} stage {} reduces its gradients over its {} copies {} times a step, not once",
+               e.rank_of(s_.layout, j, st), j, st, e.dp, reductions);
+        }
+      }
+    }
     for (int j = 0; j < e.pipelines; ++j) {
       for (int st = 0; st < e.pp; ++st) {
         const int rank = e.rank_of(s_.layout, j, st);
@@ -641,6 +683,9 @@ class Validator {
   std::map<std::tuple<int, int, int>, int> forward_layers_, backward_layers_;
   std::map<std::pair<int, int>, int> backwards_begun_;  // (pipeline, stage) → micro-batches whose backward began
   std::set<std::pair<int, int>> reduced_;               // (pipeline, stage) whose gradients were reduced
+  // (pipeline, stage) → its collectives in program order: the copies of a stage run the same ones, which the
+  // simulator (and NCCL) pairs by position.
+  std::map<std::pair<int, int>, std::vector<std::pair<CollectiveKind, CollectiveTensor>>> encoder_collectives_;
 };
 
 }  // namespace

@@ -141,6 +141,11 @@ class MultitaskValidator {
             fail("{}: no such sync group (the schedule has {})", describe(r, i), t_.sync_groups.size());
           }
           if (!holds(t_.sync_groups[in.stage].devices, r)) fail("{}: this device is not in the group", describe(r, i));
+          // What a sync group does, and what the simulator and the runtime run: an all-reduce of its gradients.
+          if (in.collective != CollectiveKind::kAllReduce || in.tensor != CollectiveTensor::kGradients) {
+            fail("{}: a sync group all-reduces gradients, not {} {}", describe(r, i),
+                 collective_kind_name(in.collective), collective_tensor_name(in.tensor));
+          }
           if (crossed < ready_boundary_[in.stage]) {
             fail("{}: runs before backward wave {}, which completes its gradients, is over", describe(r, i),
                  ready_boundary_[in.stage] - 1);

@@ -175,6 +175,22 @@ TEST(Validate, RejectsAStageWhoseGradientsAreNotReducedOnceOverItsReplicas) {
   EXPECT_EQ(error_of(schedule(PipelineKind::kOneFOneB, 2, 1, 4, 1)), "");  // one replica: nothing to reduce
 }
 
+// Gathering gradients leaves each replica its own: it is no reduction, whatever the count of collectives says.
+TEST(Validate, RejectsGradientsGatheredInsteadOfReduced) {
+  Schedule s = schedule(PipelineKind::kOneFOneB, 2, 1, 4, 4);
+  int changed = 0;
+  for (Program& p : s.programs) {
+    for (Instruction& in : p.instructions) {
+      if (in.op == OpKind::kCollective && in.tensor == CollectiveTensor::kGradients) {
+        in.collective = CollectiveKind::kAllGather;
+        ++changed;
+      }
+    }
+  }
+  ASSERT_GT(changed, 0);
+  EXPECT_THAT(error_of(s), HasSubstr("gathers gradients, which a step must reduce (all_reduce or reduce_scatter)"));
+}
+
 TEST(Validate, WaveBoundariesMustMatchAcrossRanks) {
   Schedule s = schedule(PipelineKind::kOneFOneB, 2, 1, 2);
   Instruction wave;

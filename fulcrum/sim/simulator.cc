@@ -11,6 +11,7 @@
 #include <mutex>
 #include <numeric>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "fulcrum/core/error.h"
@@ -383,6 +384,7 @@ class Simulator {
 
   int replicas_ = 1;
   int pp_ = 1;
+  std::unordered_map<const Instruction*, std::vector<double>> freed_;  // freed_bytes() by program
   std::vector<int> layer_class_;       // per flattened layer, -1 for layers the model does not use
   std::vector<int> layer_component_;   // per flattened layer
   std::vector<LayerClass> classes_;
@@ -1361,15 +1363,30 @@ class Simulator {
       case OpKind::kAllocate:
         return static_cast<double>(in.bytes);
       case OpKind::kFree:
-        for (size_t k = pc; k-- > 0;) {
-          if (program[k].op == OpKind::kAllocate && program[k].buffer == in.buffer) {
-            return -static_cast<double>(program[k].bytes);
-          }
-        }
-        return 0;
+        return -freed_bytes(program)[pc];
       default:
         return 0;
     }
+  }
+
+  // Each free's bytes, those its buffer's allocation took, by pc: found in one pass over the program on first use
+  // (looking back from every free was quadratic in a program's buffers).
+  const std::vector<double>& freed_bytes(const std::vector<Instruction>& program) {
+    auto [it, added] = freed_.try_emplace(program.data());
+    if (added) {
+      it->second.assign(program.size(), 0);
+      std::unordered_map<int32_t, double> held;
+      for (size_t pc = 0; pc < program.size(); ++pc) {
+        const Instruction& in = program[pc];
+        if (in.op == OpKind::kAllocate) {
+          held[in.buffer] = static_cast<double>(in.bytes);
+        } else if (in.op == OpKind::kFree) {
+          const auto found = held.find(in.buffer);
+          if (found != held.end()) it->second[pc] = found->second;
+        }
+      }
+    }
+    return it->second;
   }
 
   // Under a give-up bar (SimOptions::give_up_above_seconds), before running the pipeline schedule: no device

@@ -273,5 +273,26 @@ TEST(Simulate, RefusesLoadsThatDoNotFitTheSchedule) {
                         uniform_loads(4, 1, 1, 0)), InputError);
 }
 
+// A free releases what its buffer's allocation took, whichever buffers were allocated in between.
+TEST(Simulate, AFreeReleasesWhatItsBuffersAllocationTook) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  const PerTokenCost cost(1, 1, 1);
+  const Schedule plain = test_schedule(PipelineKind::kOneFOneB, 1, 1, 2, 2);
+  Schedule held = plain;
+  auto& program = held.programs[0].instructions;
+  const auto allocate = [](int32_t buffer, int64_t bytes) {
+    return Instruction{.op = OpKind::kAllocate, .stage = 0, .buffer = buffer, .bytes = bytes};
+  };
+  const auto free = [](int32_t buffer) { return Instruction{.op = OpKind::kFree, .stage = 0, .buffer = buffer}; };
+  // Live: 1, 0, 300, 500, 200, 450, 250, 0 GiB.
+  for (const Instruction& in : {allocate(0, kGiB), free(0), allocate(1, 300 * kGiB), allocate(2, 200 * kGiB), free(1),
+                                allocate(3, 250 * kGiB), free(2), free(3)}) {
+    program.push_back(in);
+  }
+  const SimResult without = run(plain, 2, cost), with = run(held, 2, cost);
+  ASSERT_LT(without.peak_memory_bytes[0] - without.state_memory_bytes[0], kGiB);  // the passes' activations
+  EXPECT_DOUBLE_EQ(with.peak_memory_bytes[0] - with.state_memory_bytes[0], 500.0 * kGiB);
+}
+
 }  // namespace
 }  // namespace fulcrum
