@@ -25,11 +25,9 @@ def _expand_runs(runs):
 
 def _block_flags(plan):
     """Which flattened layers are the LLM's transformer blocks (the layout's ``t``), if the plan file says (None
-    otherwise).
-
-    Plan files before ``llm_blocks`` gave only ``transformer_blocks``, the encoders' blocks among them.
-    """
-    blocks = plan.get("llm_blocks", plan.get("transformer_blocks"))
+    otherwise: plan files before ``llm_blocks`` gave only ``transformer_blocks``, the encoders' blocks among them,
+    which Megatron's count leaves out)."""
+    blocks = plan.get("llm_blocks")
     return None if blocks is None else [bool(b) for b in blocks]
 
 
@@ -50,7 +48,7 @@ def recompute_num_layers(plan, pipeline_rank):
     blocks = _block_flags(plan)
     if blocks is None:
         raise ValueError("the plan does not say which layers are the LLM's blocks (llm_blocks): pass the whole file "
-                         "fulcrum plan --out writes, not its schedule alone")
+                         "fulcrum plan --out writes, not its schedule alone, made by a Fulcrum that writes them")
     if len(blocks) != len(modes):
         raise ValueError(f"the plan's llm_blocks names {len(blocks)} layers but its schedule {len(modes)}")
     most = 0

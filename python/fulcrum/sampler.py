@@ -305,13 +305,13 @@ class BalancedBatchSampler:
         ids, begins, prefix = plan.ids, plan.begins, plan.prefix
         offset = self._steps_before_segment()
         while self._step < plan.steps:
-            if this_pass != self._passes:
-                raise RuntimeError("the sampler was iterated again since this iterator started: the progress "
-                                   "through the epoch is the sampler's, so only the newest iterator goes on")
             step = self._step
             step_tokens = int(plan.step_tokens[step])
             first = (step * dp + self.rank) * m
             for j in range(m):
+                if this_pass != self._passes:  # before each micro-batch, and before it counts a step consumed
+                    raise RuntimeError("the sampler was iterated again since this iterator started: the progress "
+                                       "through the epoch is the sampler's, so only the newest iterator goes on")
                 b, e = begins[first + j], begins[first + j + 1]
                 info = StepInfo(self._epoch, offset + step, j, m, self.world_size, step_tokens,
                                 int(prefix[e] - prefix[b]))

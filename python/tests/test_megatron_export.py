@@ -25,7 +25,7 @@ def test_each_rank_takes_the_most_its_chunks_recompute_counting_selective_as_ful
 
 
 def test_layers_that_are_not_blocks_do_not_count():
-    p = plan(1, 1, [[0, 4]], [["full", 4]], blocks=[False, True, True, False])
+    p = plan(1, 1, [[0, 4]], [["full", 4]], llm_blocks=[False, True, True, False])
     assert recompute_num_layers(p, 0) == 2
 
 
@@ -44,6 +44,9 @@ def test_a_schedule_that_does_not_say_which_layers_are_blocks_is_refused():
     # Counting the embedding and the head as blocks would recompute more than the plan does.
     with pytest.raises(ValueError, match="which layers are the LLM's blocks"):
         recompute_num_layers(plan(1, 1, [[0, 2]], [["full", 2]])["schedule"], 0)
+    # An older plan file's transformer_blocks count the encoders' blocks too, which Megatron's count leaves out.
+    with pytest.raises(ValueError, match="which layers are the LLM's blocks"):
+        recompute_num_layers(plan(1, 1, [[0, 2]], [["full", 2]], blocks=[True, True]), 0)
     with pytest.raises(ValueError, match="names 3 layers but its schedule 2"):
         recompute_num_layers(plan(1, 1, [[0, 2]], [["full", 2]], llm_blocks=[True] * 3), 0)
 

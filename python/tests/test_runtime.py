@@ -328,25 +328,29 @@ def test_parameters_outside_the_layers_are_named_in_a_warning():
 
 def test_the_executor_and_wave_runtime_refuse_nccl_whose_messages_carry_no_tags(tmp_path):
     # Their receives are posted ahead and paired with sends by tag; NCCL pairs by order and ignores tags. A
-    # one-rank gloo group whose backend is reported as NCCL stands in for a GPU job here.
+    # one-rank gloo group whose backend configuration is reported as NCCL's stands in for a GPU job here: a group
+    # made with "nccl", and one made without a backend, whose CPU tensors go through gloo and CUDA ones through
+    # NCCL (this model's CPU tensors then run).
     code = f"""
 import torch, torch.distributed as dist, torch.nn as nn
 import fulcrum.runtime as fr
 from fulcrum.runtime.waves import WaveRuntime
 dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=0, world_size=1)
-dist.get_backend = lambda group=None: "nccl"
 class Chain(nn.Module):
     def __init__(self):
         super().__init__()
         self.layers = nn.ModuleList(nn.Linear(2, 2) for _ in range(4))
 plan = fr.RuntimePlan.generate("interleaved", 4, 2, pp=1, vpp=2)
-for build in (lambda: fr.Runtime(Chain(), plan, lambda out, labels: out.sum()),
-              lambda: WaveRuntime(None, None, "waves.json")):
-    try:
-        build()
-        print("accepted")
-    except ValueError as e:
-        print("refused:", e)
+for config in ("nccl", "cpu:nccl", "cpu:gloo,cuda:nccl"):
+    dist.get_backend_config = lambda group=None: config
+    for build in (lambda: fr.Runtime(Chain(), plan, lambda out, labels: out.sum()),
+                  lambda: WaveRuntime(Chain(), None, "waves.json")):
+        try:
+            build()
+            print(config, "accepted")
+        except Exception as e:  # past the check, the stand-in task graph is no graph
+            print(config, "refused: " + str(e) if isinstance(e, ValueError) and "NCCL" in str(e) else "accepted")
+dist.get_backend_config = lambda group=None: "nccl"
 # The same plan without a pipeline runs on DDP, which NCCL serves.
 fr.Runtime(Chain(), fr.RuntimePlan.generate("1f1b", 4, 2), lambda out, labels: out.sum())
 print("ddp accepted")
@@ -355,10 +359,11 @@ print("ddp accepted")
                          timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert len(lines) == 3, out.stdout
-    assert lines[0].startswith("refused:") and "executor" in lines[0] and "NCCL" in lines[0], lines[0]
-    assert lines[1].startswith("refused:") and "WaveRuntime" in lines[1] and "NCCL" in lines[1], lines[1]
-    assert lines[2] == "ddp accepted"
+    assert len(lines) == 7, out.stdout
+    for line in lines[:4]:
+        assert "refused:" in line and "NCCL" in line, line
+    assert "executor" in lines[0] and "WaveRuntime" in lines[1]
+    assert lines[4:] == ["cpu:gloo,cuda:nccl accepted", "cpu:gloo,cuda:nccl accepted", "ddp accepted"]
 
 
 def test_a_step_that_fails_leaves_the_gradients_as_they_were(tmp_path):

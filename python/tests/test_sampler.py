@@ -437,14 +437,17 @@ def test_counts_past_a_length_files_caps_are_refused():
     assert list(fulcrum.Dataset.from_arrays([2**31 - 1], [2**31 - 1], None, "tiles").tokens) == [2**31 - 1]
 
 
-def test_an_iterator_the_sampler_has_started_again_since_stops():
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_an_iterator_the_sampler_has_started_again_since_stops(micro_batches):
     # The progress through the epoch is the sampler's: a second live iterator would share it, each getting some
-    # of the steps. The older one refuses to go on; the newer one gives the whole epoch.
+    # of the steps. The older one refuses to go on, also inside a step; the newer one gives the whole epoch.
     tokens, tiles = random_lengths(60, 2)
-    sampler = fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=1)
-    whole = epoch_batches(fulcrum.BalancedBatchSampler(tokens=tokens, tiles=tiles, rank=0, world_size=1))
+    kwargs = dict(tokens=tokens, tiles=tiles, rank=0, world_size=1, micro_batches=micro_batches)
+    sampler = fulcrum.BalancedBatchSampler(**kwargs)
+    whole = epoch_batches(fulcrum.BalancedBatchSampler(**kwargs))
     older = iter(sampler)
-    next(older)
+    for _ in range(2 * micro_batches + 1):  # into the third step, part way through it with 2 micro-batches
+        next(older)
     newer = iter(sampler)
     first = next(newer)
     with pytest.raises(RuntimeError, match="iterated again since this iterator started"):

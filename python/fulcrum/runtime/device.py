@@ -18,16 +18,27 @@ def device_of(modules: Iterable[nn.Module]) -> torch.device:
     return torch.device("cpu")
 
 
-def refuse_untagged_backend(what: str) -> None:
-    """Raises ValueError when the default process group's backend matches point-to-point messages by order alone.
+def backend_for(device: torch.device) -> str:
+    """The default process group's backend for tensors on ``device``: a group made without a backend (the usual
+    ``init_process_group()`` under torchrun) maps each device type to its own, gloo for the CPU, NCCL for CUDA."""
+    config = dist.get_backend_config()  # "gloo", "cpu:gloo,cuda:nccl", ...
+    if ":" not in config:
+        return config
+    backends = dict(part.split(":", 1) for part in config.split(","))
+    return backends.get(device.type, "")
+
+
+def refuse_untagged_backend(what: str, device: torch.device) -> None:
+    """Raises ValueError when the default process group carries ``device``'s tensors with a backend that matches
+    point-to-point messages by order alone.
 
     ``what`` (Fulcrum's executor, WaveRuntime) posts each step's receives ahead and matches every message to its
     receive by tag: NCCL ignores tags and pairs a rank's sends to a peer with the peer's receives in the order each
     side posts them, so a header would be paired with another message's tensor.
     """
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+    if dist.is_available() and dist.is_initialized() and backend_for(device) == "nccl":
         raise ValueError(f"{what} pairs its messages between ranks by tag, and NCCL does not support tags: run it "
                          "with the gloo backend (init_process_group('gloo'))")
 
 
-__all__ = ["device_of", "refuse_untagged_backend"]
+__all__ = ["backend_for", "device_of", "refuse_untagged_backend"]

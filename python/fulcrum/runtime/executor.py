@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from fulcrum.runtime.arrivals import Arrivals
-from fulcrum.runtime.device import device_of
+from fulcrum.runtime.device import device_of, refuse_untagged_backend
 from fulcrum.runtime.encoder import EncoderStage
 from fulcrum.runtime.plan import RuntimePlan
 from fulcrum.runtime.split_backward import backward_input, backward_weight
@@ -101,6 +101,7 @@ class ScheduleExecutor:
         self.last_stage = len(plan.stages) - 1
         self.encoder, self.reduce_encoder_gradients = encoder, reduce_encoder_gradients
         self.device = device_of([*stages.values(), *([encoder] if encoder is not None else [])])
+        refuse_untagged_backend("ScheduleExecutor", self.device)
         layout = plan.encoder
         # With an encoder section the LLM's first stage takes the encoders' features, and sends their gradients
         # back when the encoders train.

@@ -104,7 +104,7 @@ class Runtime:
         warn_parameters_outside(model, model.layers, "model.layers")
         self.engine = self._choose_engine(engine)
         if self.engine == "executor":
-            refuse_untagged_backend(f"{p.where}: Fulcrum's executor, which runs this plan,")
+            refuse_untagged_backend(f"{p.where}: Fulcrum's executor, which runs this plan,", device_of([model]))
         self.pipeline_rank, self.dp_rank = divmod(self.rank, p.dp)
         self.loss_fn, self.labels_key, self.ignore_index = loss_fn, labels_key, ignore_index
         self.timeline = Timeline(timeline)

@@ -14,8 +14,7 @@ import torch
 try:
     # PyTorch's own split (its zero-bubble schedules use it): the input-gradient pass keeps the gradients at the
     # nodes where weights join, so the weight pass starts there instead of at the outputs.
-    from torch.distributed.pipelining._backward import (_get_grad_fn_or_grad_acc, stage_backward_input,
-                                                        stage_backward_weight)
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 except ImportError:  # an older PyTorch: the weight pass runs the backward again from the outputs
     stage_backward_input = stage_backward_weight = None
 

@@ -184,7 +184,7 @@ class WaveRuntime:
 
     def __init__(self, model: nn.Module, task_graph: Mapping[str, Any], plan, *, timeline: bool = False,
                  broadcast_buffers: bool = True):
-        refuse_untagged_backend("WaveRuntime")
+        refuse_untagged_backend("WaveRuntime", device_of([model]))
         self.plan = p = WavePlan.load(plan)
         self.model = model
         self.timeline = Timeline(timeline)
