@@ -108,10 +108,7 @@ Run run_batcher(const std::string& algo, BatchParams params, const Dataset& data
   std::optional<IsfSearchResult> search;
   if (algo == "isf" && params.search) {
     search = naming_the_data(data_name, [&] { return isf_search(data, params, cost); });
-    params.vision_cap = search->best.vision_cap;
-    params.token_cap = search->best.token_cap;
-    params.vision_full = search->best.vision_full;
-    params.text_full = search->best.text_full;
+    take_caps(search->best, params);
     params.search = false;
   }
   if (algo != "isf" && algo != "fulcrum" && (params.vision_cap > 0 || params.token_cap > 0)) {

@@ -90,10 +90,7 @@ TEST_P(BundledBalance, BeatsIsfAtTheSameSamplesPerStep) {
   params.dp = GetParam();
   const IsfSearchResult search = isf_search(data, params, kCost);
   BatchParams isf_params_found = params;
-  isf_params_found.vision_cap = search.best.vision_cap;
-  isf_params_found.token_cap = search.best.token_cap;
-  isf_params_found.vision_full = search.best.vision_full;
-  isf_params_found.text_full = search.best.text_full;
+  take_caps(search.best, isf_params_found);
   const BatchPlan isf = IsfBatcher().plan(data, isf_params_found, kCost, 0);
   const double isf_per_step = static_cast<double>(isf.sample_ids().size()) / static_cast<double>(isf.steps());
   BatchParams ours = params;

@@ -218,6 +218,13 @@ IsfParams isf_params(const BatchParams& params, const Dataset& data) {
   return p;
 }
 
+void take_caps(const IsfParams& caps, BatchParams& params) {
+  params.vision_cap = caps.vision_cap;
+  params.token_cap = caps.token_cap;
+  params.vision_full = caps.vision_full;
+  params.text_full = caps.text_full;
+}
+
 BatchPlan deal_groups(const Groups& groups, const Dataset& data, const BatchParams& params) {
   const int64_t slots = params.slots_per_step();
   std::vector<uint32_t> order(groups.size());
@@ -267,11 +274,7 @@ BatchPlan IsfBatcher::plan(const Dataset& data, const BatchParams& params, const
                            int64_t first_step) const {
   BatchParams resolved = params;
   if (params.search) {
-    IsfSearchResult found = isf_search(data, params, cost);
-    resolved.vision_cap = found.best.vision_cap;
-    resolved.token_cap = found.best.token_cap;
-    resolved.text_full = found.best.text_full;
-    resolved.vision_full = found.best.vision_full;
+    take_caps(isf_search(data, params, cost).best, resolved);
   }
   BatchPlan plan = deal_groups(isf_groups(data, isf_params(resolved, data), params.oversize), data, resolved);
   return first_step == 0 ? plan : plan.tail(first_step);

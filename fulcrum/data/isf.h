@@ -66,6 +66,9 @@ void check_isf_caps(const BatchParams& params, const Dataset& data, const BatchP
 // The ISF parameters a BatchParams asks for, defaults filled in (9 tiles, 4,096 tokens, text-full 4,096 − 128).
 IsfParams isf_params(const BatchParams& params, const Dataset& data);
 
+// `params` asking for the caps and full thresholds of `caps` (what a cap search found).
+void take_caps(const IsfParams& caps, BatchParams& params);
+
 // Deals groups into a plan as IsfBatcher does.
 BatchPlan deal_groups(const Groups& groups, const Dataset& data, const BatchParams& params);
 

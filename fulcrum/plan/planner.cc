@@ -23,6 +23,7 @@
 #include "fulcrum/cost/model_sample_cost.h"
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
+#include "fulcrum/data/isf.h"
 #include "fulcrum/data/isf_search.h"
 #include "fulcrum/plan/optimus_schedule.h"
 #include "fulcrum/plan/partition.h"
@@ -591,12 +592,7 @@ class Planner {
       if (!reasons[k].empty()) return;
       const auto [dp, micro_batches] = keys[k];
       BatchParams params = params_of(k);
-      if (searched[k]) {
-        params.vision_cap = searched[k]->vision_cap;
-        params.token_cap = searched[k]->token_cap;
-        params.vision_full = searched[k]->vision_full;
-        params.text_full = searched[k]->text_full;
-      }
+      if (searched[k]) take_caps(*searched[k], params);
       const BatchPlan plan = make_batcher(batcher)->plan(*data_, params, sample_cost);
       LoadSet set;
       set.steps_per_epoch = plan.steps();

@@ -459,11 +459,13 @@ class Validator {
           }
           case OpKind::kCollective:
             if (in.group != DeviceGroup::kData) fail("{}: an LLM collective runs over its data-parallel group", describe(r, i));
-            if (in.tensor == CollectiveTensor::kGradients) check_reduces(in, r, i);
-            if (in.tensor == CollectiveTensor::kGradients && backward_weights[s] != s_.micro_batches) {
-              fail("{}: reduces gradients before the stage's last backward", describe(r, i));
+            if (in.tensor == CollectiveTensor::kGradients) {
+              check_reduces(in, r, i);
+              if (backward_weights[s] != s_.micro_batches) {
+                fail("{}: reduces gradients before the stage's last backward", describe(r, i));
+              }
+              ++gradient_reductions[s];
             }
-            if (in.tensor == CollectiveTensor::kGradients) ++gradient_reductions[s];
             break;
           case OpKind::kEncoderKernels:
             fail("{}: encoder kernels name no encoder pipeline", describe(r, i));
