@@ -54,45 +54,54 @@ TokenBatch component_batch(const ModelSpec& model, int component, const MicroBat
   return {sequences, tokens, tokens * tokens / sequences};
 }
 
-std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const Schedule& schedule,
-                                                                          const ModelSpec& model, int device) {
-  std::map<std::pair<int, int>, HeldParameters> held;
-  for (const TaskSlice& sl : schedule.tasks.slices) {
-    if (!std::binary_search(sl.devices.begin(), sl.devices.end(), device)) continue;
-    const ComponentSpec& c = model.components.at(sl.component);
-    for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
-      HeldParameters& h = held[{sl.component, static_cast<int>(l)}];
-      h.parameters = std::max(h.parameters, c.layers.at(l).parameters() / std::max(1, sl.tp));
-      h.tp = std::max(h.tp, sl.tp);
-    }
-  }
-  // The devices holding each of those layers, merged slice by slice (each slice's devices are sorted): thousands
-  // of devices times every layer, so no sort of the repeats.
+std::vector<std::map<std::pair<int, int>, HeldParameters>> multitask_parameters_by_device(const Schedule& schedule,
+                                                                                          const ModelSpec& model,
+                                                                                          int devices) {
+  std::vector<std::map<std::pair<int, int>, HeldParameters>> held(static_cast<size_t>(std::max(0, devices)));
+  // The devices holding each layer, merged slice by slice (each slice's devices are sorted), once for all devices:
+  // thousands of devices times every layer, so neither a sort of the repeats nor a merge per device.
   std::map<std::pair<int, int>, std::vector<int32_t>> holders;
   for (const TaskSlice& sl : schedule.tasks.slices) {
+    const ComponentSpec& c = model.components.at(sl.component);
     for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
       const std::pair<int, int> key{sl.component, static_cast<int>(l)};
-      if (!held.count(key)) continue;
       merge_sorted_ids(holders[key], sl.devices);
+      const int64_t share = c.layers.at(l).parameters() / std::max(1, sl.tp);
+      for (int32_t d : sl.devices) {
+        if (d < 0 || d >= devices) continue;
+        HeldParameters& h = held[static_cast<size_t>(d)][key];
+        h.parameters = std::max(h.parameters, share);
+        h.tp = std::max(h.tp, sl.tp);
+      }
     }
   }
-  for (auto& [key, h] : held) {
-    h.replicas = std::max<int64_t>(1, static_cast<int64_t>(holders[key].size()) / h.tp);
+  for (auto& device : held) {
+    for (auto& [key, h] : device) h.replicas = std::max<int64_t>(1, static_cast<int64_t>(holders[key].size()) / h.tp);
   }
   return held;
+}
+
+std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const Schedule& schedule,
+                                                                          const ModelSpec& model, int device) {
+  if (device < 0) return {};
+  return std::move(multitask_parameters_by_device(schedule, model, device + 1)[static_cast<size_t>(device)]);
+}
+
+// Each device keeps the parameters (its tensor-parallel share) of every layer its slices run, once, their optimizer
+// state sharded as the schedule says over the layer's replicas.
+double multitask_state_bytes(const std::map<std::pair<int, int>, HeldParameters>& held, const ModelSpec& model,
+                             StateSharding sharding) {
+  double bytes = 0;
+  for (const auto& [key, h] : held) {
+    bytes += training_state_bytes(h.parameters, h.replicas, sharding, model.components[key.first].trainable).total();
+  }
+  return bytes;
 }
 
 double rank_state_bytes(const Schedule& schedule, const ModelSpec& model, int rank) {
   const ParallelLayout& l = schedule.layout;
   if (schedule.tasks.present()) {
-    // Each device keeps the parameters (its tensor-parallel share) of every layer its slices run, once, their
-    // optimizer state sharded as the schedule says over the layer's replicas.
-    double bytes = 0;
-    for (const auto& [key, h] : multitask_device_parameters(schedule, model, rank)) {
-      bytes += training_state_bytes(h.parameters, h.replicas, l.state_sharding, model.components[key.first].trainable)
-                   .total();
-    }
-    return bytes;
+    return multitask_state_bytes(multitask_device_parameters(schedule, model, rank), model, l.state_sharding);
   }
   std::vector<int> component_of;
   std::vector<const LayerSpec*> layer;
@@ -985,6 +994,7 @@ class Simulator {
   }
 
   std::vector<double> rank_state_bytes_;
+  std::vector<std::map<std::pair<int, int>, HeldParameters>> held_by_device_;  // multitask: each device's layers
   std::vector<EncoderStageInfo> encoder_stages_;
   // Per replica: (payload, pipeline, sending encoder stage, encoder micro-batch) → seconds of arrival.
   std::vector<std::vector<double>> encoder_arrivals_;
@@ -1721,8 +1731,9 @@ class Simulator {
       sync_groups_.assign(s_.tasks.sync_groups.size(), {});
       device_optimizer_seconds_.assign(pp_, 0);
       const double bandwidth = cluster_.device.memory_bytes_per_second * eff_.memory;
+      held_by_device_ = multitask_parameters_by_device(s_, model_, pp_);
       for (int r = 0; r < pp_; ++r) {
-        for (const auto& [key, h] : multitask_device_parameters(s_, model_, r)) {
+        for (const auto& [key, h] : held_by_device_[r]) {
           if (!model_.components[key.first].trainable) continue;
           const bool sharded = s_.layout.state_sharding != StateSharding::kZero0;
           const double shard = static_cast<double>(h.parameters) / (sharded ? static_cast<double>(h.replicas) : 1.0);
@@ -1765,7 +1776,9 @@ class Simulator {
           dev.gap_at.assign(slices, 0);
         }
       }
-      rank_state_bytes_[r] = rank_state_bytes(s_, model_, r);
+      rank_state_bytes_[r] = s_.tasks.present()
+                                 ? multitask_state_bytes(held_by_device_[r], model_, s_.layout.state_sharding)
+                                 : rank_state_bytes(s_, model_, r);
     }
     if (options_.timeline) {
       timeline_.resize(device_count);

@@ -47,6 +47,13 @@ struct HeldParameters {
 };
 std::map<std::pair<int, int>, HeldParameters> multitask_device_parameters(const Schedule& schedule,
                                                                           const ModelSpec& model, int device);
+// The same for devices 0 .. devices − 1 at once, in one pass over the slices.
+std::vector<std::map<std::pair<int, int>, HeldParameters>> multitask_parameters_by_device(const Schedule& schedule,
+                                                                                          const ModelSpec& model,
+                                                                                          int devices);
+// Parameters, gradients and optimizer state of the layers `held` on one device of a multitask schedule.
+double multitask_state_bytes(const std::map<std::pair<int, int>, HeldParameters>& held, const ModelSpec& model,
+                             StateSharding sharding);
 
 class PassPriceMemo;
 

@@ -294,5 +294,42 @@ TEST(Simulate, AFreeReleasesWhatItsBuffersAllocationTook) {
   EXPECT_DOUBLE_EQ(with.peak_memory_bytes[0] - with.state_memory_bytes[0], 500.0 * kGiB);
 }
 
+// What each device of a multitask schedule keeps: the largest tensor-parallel share of each layer its slices run,
+// held over (devices holding the layer) / tp replicas. Layer 0 runs on devices 0–3 at tp 2 and on devices 2–5
+// at tp 1; layer 1 on devices 4 and 5 at tp 1.
+TEST(MultitaskParameters, EachDeviceKeepsItsLargestShareOverTheLayersHolders) {
+  const ModelSpec model = blocks_only_model(2);
+  const int64_t p = model.components[0].layers[0].parameters();
+  Schedule s;
+  s.tasks.waves = 1;
+  s.tasks.slices.push_back({.component = 0, .first_layer = 0, .layers = 1, .dp = 2, .tp = 2, .devices = {0, 1, 2, 3}});
+  s.tasks.slices.push_back({.component = 0, .first_layer = 0, .layers = 1, .dp = 4, .tp = 1, .devices = {2, 3, 4, 5}});
+  s.tasks.slices.push_back({.component = 0, .first_layer = 1, .layers = 1, .dp = 2, .tp = 1, .devices = {4, 5}});
+  const auto held = multitask_parameters_by_device(s, model, 7);
+  ASSERT_EQ(held.size(), 7u);
+  // Devices 0 and 1 hold half of layer 0, over 6 holders / tp 2 = 3 replicas.
+  for (int d : {0, 1}) {
+    ASSERT_EQ(held[d].size(), 1u);
+    const HeldParameters& h = held[d].at({0, 0});
+    EXPECT_EQ(h.parameters, p / 2);
+    EXPECT_EQ(h.tp, 2);
+    EXPECT_EQ(h.replicas, 3);
+  }
+  // Devices 2 and 3 run it whole too: they keep the whole layer, counted at the larger tp.
+  EXPECT_EQ(held[2].at({0, 0}).parameters, p);
+  EXPECT_EQ(held[3].at({0, 0}).tp, 2);
+  // Devices 4 and 5: layer 0 whole (6 holders at tp 1) and layer 1 over its 2 holders.
+  EXPECT_EQ(held[4].at({0, 0}).replicas, 6);
+  EXPECT_EQ(held[5].at({0, 1}).replicas, 2);
+  EXPECT_EQ(held[5].at({0, 1}).parameters, p);
+  EXPECT_TRUE(held[6].empty());
+  // One device asked alone gets what it gets among all.
+  for (int d = 0; d < 7; ++d) {
+    const auto one = multitask_device_parameters(s, model, d);
+    ASSERT_EQ(one.size(), held[d].size());
+    for (const auto& [key, h] : one) EXPECT_EQ(h.replicas, held[d].at(key).replicas);
+  }
+}
+
 }  // namespace
 }  // namespace fulcrum
