@@ -127,6 +127,10 @@ TEST_F(Cli, BadInputTable) {
       {"simulate_caps_without_data", "", "simulate --model internvl-chat-1.5 --cluster a100:8 --gbs 8 --token-cap 4096 "
        "--trace {out}", "--vit-cap and --token-cap cap --data's micro-batches"},
       {"unknown_preset", ok, "model --model vit-99b", "unknown model 'vit-99b'"},
+      // A newline inside a key or an argument is written as an escape: the error stays one line.
+      {"newline_in_a_key", R"({"a\nb": {"token_lengths": "x.json"}, "a\nb": {"token_lengths": "x.json"}})",
+       "stats --data {file}", R"(key 'a\nb' appears twice)"},
+      {"newline_in_an_argument", "", "model --model 'vit\n99b'", R"(unknown model 'vit\n99b')"},
       {"config_malformed", R"({"model_type": "llama", "hidden_size": )", "model --model {file}", "malformed JSON"},
       {"config_incomplete", R"({"model_type": "llava", "text_config": {}})", "model --model {file}",
        "vision_config is missing"},
@@ -1017,6 +1021,40 @@ TEST_F(Cli, SimulateWithBalancedDataBeatsRandomBatches) {
             nlohmann::json::parse(balanced.out)["breakdown_mean"]["dp_wait"].get<double>());
 }
 
+// Synthetic samples of a dynamic-resolution encoder (Qwen2-VL's) carry --image-tokens patch tokens an item, 1024
+// when not given; before, an item was one patch token whatever --image-tokens said.
+TEST_F(Cli, SyntheticSamplesOfADynamicResolutionEncoderCarryTheirPatchTokens) {
+  const std::string model = "--model data/modelcfg/qwen2_vl_2b_instruct.config.json --cluster a100:8 --gbs 8 --json";
+  auto flops = [&](const std::string& command, const std::string& extra) {
+    const Result r = run(command + " " + model + " " + extra);
+    EXPECT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    return command == "simulate" ? j["model_flops"].get<double>() : j["predicted"]["mfu"].get<double>();
+  };
+  const double small = flops("simulate", "--image-tokens 64"), large = flops("simulate", "--image-tokens 4096");
+  EXPECT_GT(large, 1.5 * small);
+  EXPECT_EQ(flops("simulate", ""), flops("simulate", "--image-tokens 1024"));
+  EXPECT_GT(flops("simulate", "--images-per-sample 2"), flops("simulate", "--images-per-sample 1"));
+  // The planner's synthetic samples alike: its plan's MFU moves with the images' size.
+  EXPECT_NE(flops("plan --quiet --no-baselines", "--image-tokens 64"),
+            flops("plan --quiet --no-baselines", "--image-tokens 4096"));
+}
+
+// MFU and the share of the compute bound take one step's work with its own time, the mean over the sampled steps:
+// the first step's FLOPs over the mean time gave 123% of the bound here, a step heavier than the mean.
+TEST_F(Cli, PlanMfuAndBoundTakeTheWorkAndTimeOfTheSameSteps) {
+  const Result r = run("plan --model internvl-chat-1.5 --cluster a100:64 --gbs 256 --data data/internvl_sft_1.2M.json "
+                       "--json --quiet --no-baselines");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const double fraction = j["fraction_of_bound"].get<double>(), mfu = j["predicted"]["mfu"].get<double>();
+  EXPECT_GT(fraction, 0.5);
+  EXPECT_LE(fraction, 1.0);
+  // MFU counts the peak rate, the bound the achievable GEMM rate below it.
+  EXPECT_GT(mfu, 0.3);
+  EXPECT_LT(mfu, fraction);
+}
+
 TEST_F(Cli, PlanFindsAFasterPlanThanTheBaselinesAndWritesIt) {
   const std::string out = (dir_ / "plan.json").string();
   const Result r = run("plan --model vit-3b+gpt-11b --cluster a100:16 --gbs 64 --data data/internvl_sft_1.2M.json "
@@ -1264,6 +1302,29 @@ TEST_F(Cli, MultitaskSimulatesEveryArrangementThePlannerMade) {
           << args << ": the estimate's pick was kept though another simulates faster";
     }
   }
+}
+
+// A saved schedule whose slices run a layer before the layer it takes its input from is refused, naming both:
+// the saved schedule on one device with the first and last layers of a tower swapped covers every layer still.
+TEST_F(Cli, MultitaskRefusesASavedScheduleRunningALayerBeforeItsInput) {
+  const std::string args = "multitask --tasks multitask-clip-4 --cluster a800:1";
+  const std::string file = (dir_ / "one.json").string();
+  ASSERT_EQ(run(args + " --save-schedule " + file).status, 0);
+  auto schedule = nlohmann::json::parse(slurp(file));
+  auto& slices = schedule["tasks"]["slices"];
+  ASSERT_GE(slices.size(), 3u);
+  // Slices 0 and 2: the vision tower's patch embedding (layer 0) and final norm (layer 33) of the first task.
+  ASSERT_EQ(slices[0][2], 0);
+  ASSERT_EQ(slices[0][3], 1);
+  ASSERT_EQ(slices[2][3], 1);
+  std::swap(slices[0][2], slices[2][2]);
+  std::ofstream(dir_ / "swapped.json") << schedule.dump();
+  const Result r = run(args + " --load-schedule " + (dir_ / "swapped.json").string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("swapped.json: slice 1 runs layer 1 of 'vision' for task 'vision-text' in wave 1, before its "
+                       "input, layer 0 of 'vision' in slice 2 (wave 2)"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.out.empty());
 }
 
 // A saved schedule simulated again gives the iteration the plan reported for it, and moves with the costs it is

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/error_line.h"
 #include "cli/warnings.h"
 #include "fulcrum/core/error.h"
 
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
       names.push_back(sub->get_name());
     }
     if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
-      std::cerr << fmt::format("fulcrum: error: unknown command '{}'; the commands are {} (see --help)\n", argv[1],
+      std::cerr << fmt::format("fulcrum: error: unknown command '{}'; the commands are {} (see --help)\n",
+                               fulcrum::one_line(argv[1]),
                                fmt::join(names, ", "));
       return 2;
     }
@@ -39,7 +41,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << fmt::format("fulcrum: error: {} (see --help)\n", e.what());
+    std::cerr << fmt::format("fulcrum: error: {} (see --help)\n", fulcrum::one_line(e.what()));
     return 2;
   }
   // An empty value would be taken as the option left out (no output written, the default used) without a word.
@@ -65,11 +67,11 @@ int main(int argc, char** argv) {
     std::cout.flush();
     if (!std::cout) throw fulcrum::InputError("standard output: cannot write");
   } catch (const fulcrum::InputError& e) {
-    std::cerr << fmt::format("fulcrum: error: {}\n", e.what());
+    std::cerr << fmt::format("fulcrum: error: {}\n", fulcrum::one_line(e.what()));
     return 2;
   } catch (const fulcrum::InternalError& e) {
     std::cerr << fmt::format("fulcrum: internal error: {} (the inputs passed their checks: a fault in fulcrum)\n",
-                             e.what());
+                             fulcrum::one_line(e.what()));
     return 3;
   } catch (const std::bad_alloc&) {
     std::cerr << "fulcrum: error: out of memory\n";

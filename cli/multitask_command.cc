@@ -158,6 +158,45 @@ void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, co
                                    graph.model.components[std::get<1>(key)].name, graph.tasks[std::get<0>(key)].name));
     }
   }
+  // Each operator after the one whose output it takes: in a later wave, or later in the same wave on the same
+  // devices (a chain of a task's work on its devices). A layer two nodes of a task run alike is not placed.
+  std::map<Key, int> runs, slice_of;
+  for (const auto& [key, count] : left) runs[key] = 0;
+  const MetaGraph g = contract(graph);
+  for (const MetaOp& op : g.ops) {
+    for (int64_t l = op.first_layer; l < int64_t{op.first_layer} + op.layers; ++l) {
+      ++runs[{op.task, op.component, l, op.sequences * op.micro_batches, op.tokens}];
+    }
+  }
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const TaskSlice& sl = slices[i];
+    for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
+      slice_of[{sl.task, sl.component, l, sl.sequences * sl.micro_batches, sl.tokens}] = static_cast<int>(i);
+    }
+  }
+  auto key_of = [](const MetaOp& op, int64_t l) {
+    return Key{op.task, op.component, l, op.sequences * op.micro_batches, op.tokens};
+  };
+  auto check_after = [&](const Key& from, const Key& to) {
+    if (runs[from] != 1 || runs[to] != 1) return;
+    const int a = slice_of.at(from), b = slice_of.at(to);
+    if (a == b) return;
+    const TaskSlice &x = slices[a], &y = slices[b];
+    if (x.wave < y.wave || (x.wave == y.wave && a < b && x.devices == y.devices)) return;
+    throw InputError(fmt::format("{}: slice {} runs layer {} of '{}' for task '{}' in wave {}, before its input, layer "
+                                 "{} of '{}' in slice {} (wave {})", file, b, std::get<2>(to),
+                                 graph.model.components[std::get<1>(to)].name, graph.tasks[std::get<0>(to)].name,
+                                 y.wave, std::get<2>(from), graph.model.components[std::get<1>(from)].name, a, x.wave));
+  };
+  for (const MetaOp& op : g.ops) {
+    for (int input : op.inputs) {
+      const MetaOp& in = g.ops[input];
+      check_after(key_of(in, in.first_layer + in.layers - 1), key_of(op, op.first_layer));
+    }
+    for (int64_t l = op.first_layer + 1; l < int64_t{op.first_layer} + op.layers; ++l) {
+      check_after(key_of(op, l - 1), key_of(op, l));
+    }
+  }
 }
 
 void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const ClusterSpec& cluster,

@@ -215,6 +215,7 @@ void run_plan(const PlanOptions& o) {
     throw InputError(fmt::format("--threads must be from 1 to 1024, got {}", o.threads));
   }
   set_image_tokens(request.model, o.image_tokens);
+  request.image_tokens = o.image_tokens;
   if (!o.baseline_config.empty()) request.pinned = parse_config(o.baseline_config, "--baseline-config");
   if (!o.config.empty()) request.config = parse_config(o.config, "--config");
   const Strategy strategy = parse_strategy(o.strategy);
@@ -272,9 +273,14 @@ void run_plan(const PlanOptions& o) {
   if (o.exporter == "deepspeed") exported = deepspeed_partition(plan);
   const SimResult& d = plan.detail;
   const AnalyticCost cost(request.cluster);
+  // Both over the simulated steps: a step's work with another step's time would overstate or understate them.
   const double bound_seconds =
-      d.model_flops / (static_cast<double>(request.cluster.devices) *
-                       matmul_peak_flops_per_second(request.cluster.device, request.dtype) * cost.efficiency().matmul);
+      plan.model_flops / (static_cast<double>(request.cluster.devices) *
+                          matmul_peak_flops_per_second(request.cluster.device, request.dtype) * cost.efficiency().matmul);
+  const double peak_flops_per_second =
+      static_cast<double>(request.cluster.devices) * request.cluster.device.bf16_flops_per_second;
+  const double mfu =
+      plan.iteration_seconds > 0 ? plan.model_flops / (plan.iteration_seconds * peak_flops_per_second) : 0;
   const int profile_applied =
       request.profile ? profile_entries_applied(*request.profile, request.model, plan.schedule.layout,
                                                 plan.schedule.recompute, request.dtype)
@@ -361,7 +367,7 @@ void run_plan(const PlanOptions& o) {
              {"predicted",
               {{"epoch_seconds", plan.epoch_seconds},
                {"iteration_seconds", plan.iteration_seconds},
-               {"mfu", d.mfu},
+               {"mfu", mfu},
                {"bubble_fraction", d.bubble_fraction},
                {"peak_memory_bytes", d.peak_memory_bytes}}},
              {"baselines", base},
@@ -409,7 +415,7 @@ void run_plan(const PlanOptions& o) {
   }
   std::cout << fmt::format("  epoch {:.1f} s ({} steps of {:.1f} s), MFU {:.1f}%, pipeline bubble {:.1f}%, "
                            "{:.0f}% of the compute bound\n",
-                           plan.epoch_seconds, plan.steps_per_epoch, plan.iteration_seconds, 100 * d.mfu,
+                           plan.epoch_seconds, plan.steps_per_epoch, plan.iteration_seconds, 100 * mfu,
                            100 * d.bubble_fraction, 100 * fraction_of_bound);
   for (const auto& [b, p] : baselines) {
     if (!p) {
@@ -447,7 +453,8 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "Without --data: LLM tokens per sample")->capture_default_str();
   cmd->add_option("--images-per-sample", o->images_per_sample, "Without --data: encoder items per sample")
       ->capture_default_str();
-  cmd->add_option("--image-tokens", o->image_tokens, "Patch tokens per image (default: the encoder's own)");
+  cmd->add_option("--image-tokens", o->image_tokens,
+                  "Patch tokens per image (default: the encoder's own; 1024 for a dynamic-resolution encoder)");
   cmd->add_option("--strategy", o->strategy, "zero3 | megatron | balanced | omnibal | optimus | fulcrum")->capture_default_str();
   cmd->add_option("--config", o->config,
                   "DP,TP,PP,VPP,MBS pinning the planned strategy's configuration (its schedule is still chosen)");

@@ -262,7 +262,8 @@ void run_simulate(const SimulateOptions& o) {
   if (o.data.empty()) {
     if (o.steps != 1 || o.step != 0) throw InputError("--step and --steps choose steps of --data's plan");
     if (o.vision_cap > 0 || o.token_cap > 0) throw InputError("--vit-cap and --token-cap cap --data's micro-batches");
-    steps.push_back(uniform_loads(micro_batches, o.mbs, o.seq, images));
+    steps.push_back(
+        uniform_loads(micro_batches, o.mbs, o.seq, synthetic_vision_per_sample(model, images, o.image_tokens)));
   } else {
     steps = loads_from_data(o, model, cost, dtype, dp, micro_batches);
   }
@@ -394,7 +395,8 @@ std::function<void()> add_simulate_command(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "LLM tokens per sample (without --data)")->capture_default_str();
   cmd->add_option("--images-per-sample", o->images_per_sample, "Encoder items per sample (default 1 with an encoder)")
       ->check(at_least(0));
-  cmd->add_option("--image-tokens", o->image_tokens, "Patch tokens per image (default: the encoder's own)");
+  cmd->add_option("--image-tokens", o->image_tokens,
+                  "Patch tokens per image (default: the encoder's own; 1024 for a dynamic-resolution encoder)");
   cmd->add_option("--encoder-placement", o->placement, "first-stage | spread")->capture_default_str();
   cmd->add_option("--data", o->data, "Length file or meta index: micro-batches from a batcher's plan");
   cmd->add_option("--root", o->root, "Second folder for a meta index's paths")->capture_default_str();

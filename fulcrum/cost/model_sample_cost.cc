@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "fulcrum/core/error.h"
 
@@ -40,6 +42,17 @@ VisionUnit vision_unit_of(const ModelSpec& model) {
                                  "dataset", model.name));
   }
   return dynamic ? VisionUnit::kPatchTokens : VisionUnit::kTiles;
+}
+
+int64_t synthetic_vision_per_sample(const ModelSpec& model, int64_t items, int64_t patch_tokens_per_item) {
+  if (vision_unit_of(model) == VisionUnit::kTiles) return items;
+  const int64_t per_item = patch_tokens_per_item > 0 ? patch_tokens_per_item : kReferenceImagePatches;
+  constexpr int64_t kMostVision = std::numeric_limits<int32_t>::max();  // a length file's cap on a sample
+  if (items > 0 && per_item > kMostVision / items) {
+    throw InputError(fmt::format("{} items of {} patch tokens: {} patch tokens a sample, more than {}", items,
+                                 per_item, items * per_item, kMostVision));
+  }
+  return items * per_item;
 }
 
 ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost, Dtype dtype) {

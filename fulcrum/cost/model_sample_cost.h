@@ -42,6 +42,11 @@ class ModelSampleCost : public SampleCost {
 // two: a dataset counts in one unit.
 VisionUnit vision_unit_of(const ModelSpec& model);
 
+// A synthetic sample's vision load, in the model's unit, for `items` encoder items a sample: the items where the
+// model counts tiles; where it counts patch tokens, their patch tokens, `patch_tokens_per_item` each (0: a
+// reference image of 1,024, a 448 × 448 image in 14-pixel patches). InputError past a length file's 2^31 − 1.
+int64_t synthetic_vision_per_sample(const ModelSpec& model, int64_t items, int64_t patch_tokens_per_item);
+
 // Seconds of a component's forward and both backward passes over `batch`, unsharded; layers the model does not
 // use are skipped and frozen ones have no weight gradient.
 double component_training_seconds(const ComponentSpec& component, const CostModel& cost, const TokenBatch& batch,

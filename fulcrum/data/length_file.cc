@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <filesystem>
 #include <limits>
@@ -167,18 +168,33 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
     throw InternalError(fmt::format("{}: a malformed record was not refused", where));
   };
   r = RecordFields{};
+  // The keys read so far, to refuse one given twice (its second value would silently win): records hold a few
+  // keys, so a scan of a fixed array, and a vector only past it. The views live in the document's string buffer.
+  std::array<std::string_view, 8> first_keys;
+  std::vector<std::string_view> more_keys;
+  size_t keys = 0;
   for (auto field_result : object) {
     od::field field;
     if (auto error = std::move(field_result).get(field)) refuse(error);
     std::string_view key;
     if (auto error = field.unescaped_key().get(key)) refuse(error);
+    const auto first_end = first_keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys, first_keys.size()));
+    if (std::find(first_keys.begin(), first_end, key) != first_end ||
+        std::find(more_keys.begin(), more_keys.end(), key) != more_keys.end()) {
+      sink.fail(where, fmt::format("field {} appears twice", key));
+    }
+    if (keys < first_keys.size()) {
+      first_keys[keys] = key;
+    } else {
+      more_keys.push_back(key);
+    }
+    ++keys;
     std::optional<int64_t>* slot = nullptr;
     if (key == "vit_num") slot = &r.vit_num;
     else if (key == "vision_tokens") slot = &r.vision_tokens;
     else if (key == "token_num") slot = &r.token_num;
     else if (key == "image_flags") slot = &r.image_flags;
     if (slot) {
-      if (slot->has_value()) sink.fail(where, fmt::format("field {} appears twice", key));
       int64_t value = 0;
       if (field.value().get_int64().get(value)) sink.fail(where, fmt::format("{} must be an integer", key));
       *slot = value;

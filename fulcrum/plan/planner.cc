@@ -370,16 +370,8 @@ class Planner {
     // Identical samples: `synthetic_steps` steps of them.
     const ModelSampleCost unit(r_.model, cost(), r_.dtype);
     synthetic_ = Dataset(unit.vision_unit());
-    bool encoder = false;
-    int64_t patch_tokens = 0;
-    for (const ComponentSpec& c : r_.model.components) {
-      if (c.role == ComponentRole::kEncoder) {
-        encoder = true;
-        patch_tokens = std::max<int64_t>(patch_tokens, c.tokens_per_item);
-      }
-    }
-    const int64_t items = encoder ? r_.images_per_sample : 0;
-    const int64_t vision = unit.vision_unit() == VisionUnit::kTiles ? items : items * std::max<int64_t>(1, patch_tokens);
+    const int64_t items = r_.model.has_encoder() ? r_.images_per_sample : 0;
+    const int64_t vision = synthetic_vision_per_sample(r_.model, items, r_.image_tokens);
     for (int64_t i = 0; i < r_.gbs * std::max(1, r_.synthetic_steps); ++i) {
       synthetic_.add(static_cast<uint32_t>(vision), static_cast<uint32_t>(r_.seq), static_cast<int32_t>(items));
     }
@@ -880,6 +872,7 @@ class Planner {
     Schedule schedule;  // the first step's, over the whole model (optimus_schedule)
     SimResult detail;   // its simulation on the first step
     double mean_iteration_seconds = 0;
+    double mean_model_flops = 0;
   };
 
   // How the encoders' bubble schedule meets the epoch's steps: one schedule made on the first step and run on
@@ -924,19 +917,22 @@ class Planner {
     out.schedule = optimus_schedule(in, *out.optimus);
     out.detail = run(out.schedule, in.loads);
     double sum = out.detail.iteration_seconds;
+    double flops = out.detail.model_flops;
     if (sum > give_up_above_seconds) {
       out.mean_iteration_seconds = sum;
+      out.mean_model_flops = flops;
       return out;
     }
     for (size_t k = 1; k < loads.steps.size(); ++k) {
       in.loads = loads.steps[k];
-      if (step_schedules == StepSchedules::kStatic) {
-        sum += run(out.schedule, in.loads).iteration_seconds;
-      } else {
-        sum += run(optimus_schedule(in, plan_step(in, *out.optimus)), in.loads).iteration_seconds;
-      }
+      const SimResult step = step_schedules == StepSchedules::kStatic
+                                 ? run(out.schedule, in.loads)
+                                 : run(optimus_schedule(in, plan_step(in, *out.optimus)), in.loads);
+      sum += step.iteration_seconds;
+      flops += step.model_flops;
     }
     out.mean_iteration_seconds = sum / static_cast<double>(loads.steps.size());
+    out.mean_model_flops = flops / static_cast<double>(loads.steps.size());
     return out;
   }
 
@@ -949,6 +945,7 @@ class Planner {
     if (config) plan.config = *config;
     plan.micro_batches = op.llm.schedule.micro_batches;
     plan.iteration_seconds = o.mean_iteration_seconds;
+    plan.model_flops = o.mean_model_flops;
     plan.steps_per_epoch = loads.steps_per_epoch;
     plan.samples_per_step = loads.samples_per_step;
     plan.epoch_seconds = plan.iteration_seconds * static_cast<double>(loads.steps_per_epoch);
@@ -986,12 +983,13 @@ class Planner {
                                                         analytic_.efficiency(), loads.steps[steps[k]], options);
       }
     }
-    double sum = 0;
+    double sum = 0, flops = 0;
     for (size_t k = 0; k < steps.size(); ++k) {
       options.give_up_above_seconds = budget_seconds - sum - later_seconds[k];
       SimResult result =
           simulate(schedule, r_.model, r_.cluster, cost(), analytic_.efficiency(), loads.steps[steps[k]], options);
       sum += result.iteration_seconds;
+      flops += result.model_flops;
       if (k == 0) {
         plan.detail = std::move(result);
       } else {
@@ -1003,6 +1001,7 @@ class Planner {
       }
     }
     plan.iteration_seconds = steps.empty() ? 0 : sum / static_cast<double>(steps.size());
+    plan.model_flops = steps.empty() ? 0 : flops / static_cast<double>(steps.size());
     plan.epoch_seconds = plan.iteration_seconds * static_cast<double>(loads.steps_per_epoch);
     plan.schedule = std::move(schedule);
     return plan;

@@ -90,11 +90,13 @@ struct PlanRequest {
   ClusterSpec cluster;
   int64_t gbs = 0;  // samples per iteration over all replicas
   // The data the epoch runs over. Without it, `synthetic_steps` steps of identical samples of `seq` tokens
-  // and `images_per_sample` encoder items.
+  // and `images_per_sample` encoder items, of `image_tokens` patch tokens each for a dynamic-resolution encoder
+  // (synthetic_vision_per_sample; an encoder of fixed tokens per item has them in its ModelSpec).
   const Dataset* data = nullptr;
   std::string data_name;  // how errors about `data` as a whole name it (its file)
   int64_t seq = 2048;
   int64_t images_per_sample = 1;
+  int64_t image_tokens = 0;
   int synthetic_steps = 8;
   uint64_t seed = 0;
   // The number format every layer computes in (SimOptions::dtype). fp8 on devices without it is an InputError.
@@ -137,6 +139,7 @@ struct TrainingPlan {
   double samples_per_step = 0;
   double iteration_seconds = 0;  // mean over the simulated steps
   double epoch_seconds = 0;      // iteration_seconds × steps_per_epoch
+  double model_flops = 0;        // mean over the simulated steps: with iteration_seconds, the epoch's MFU
   SimResult detail;              // the first simulated step
   MicroBatchLoads detail_loads;  // its micro-batches, per data-parallel replica
   int candidates = 0;            // configurations evaluated

@@ -486,13 +486,20 @@ BaselineTimes estimate_with(const MultitaskInputs& in, const MetaGraph& g, const
   return t;
 }
 
-// `waves` with wave `w` cut into `parts` waves on the same devices; empty when it holds two slices of one MetaOp.
-std::vector<PlannedWave> cut_wave(const std::vector<PlannedWave>& waves, size_t w, int parts) {
+// `waves` with wave `w` cut into `parts` waves on the same devices; empty when it holds two slices of one MetaOp,
+// or a MetaOp and one of its inputs (a task-greedy task's chain on its devices): part j takes the j-th share of
+// every slice's layers, so a consumer's first share would run before its input's last.
+std::vector<PlannedWave> cut_wave(const MetaGraph& g, const std::vector<PlannedWave>& waves, size_t w, int parts) {
   const PlannedWave& whole = waves[w];
   std::vector<int> metaops;
   for (const PlacedSlice& s : whole.slices) metaops.push_back(s.metaop);
   std::sort(metaops.begin(), metaops.end());
   if (std::adjacent_find(metaops.begin(), metaops.end()) != metaops.end()) return {};
+  for (int m : metaops) {
+    for (int input : g.ops[m].inputs) {
+      if (std::binary_search(metaops.begin(), metaops.end(), input)) return {};
+    }
+  }
   std::vector<PlannedWave> cut(static_cast<size_t>(parts));
   for (PlannedWave& c : cut) c.level = whole.level;
   for (const PlacedSlice& s : whole.slices) {
@@ -556,7 +563,7 @@ std::vector<PlannedWave> cut_for_gradient_overlap(const MultitaskInputs& in, con
     candidates.insert(by_length.begin(), by_length.begin() + std::min(kLongestWaves, by_length.size()));
     for (int w : candidates) {
       for (int parts : {2, 3, 4, 6}) {
-        std::vector<PlannedWave> cut = cut_wave(waves, static_cast<size_t>(w), parts);
+        std::vector<PlannedWave> cut = cut_wave(graph, waves, static_cast<size_t>(w), parts);
         if (cut.size() <= waves.size()) continue;  // nothing cut
         std::map<int, double> cut_exposed;
         const double t =

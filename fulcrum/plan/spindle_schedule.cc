@@ -65,6 +65,7 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
   t.waves = static_cast<int32_t>(waves.size());
   // Slices in wave order; each one's producers (the slices whose output it takes).
   std::vector<int> last_of_op(graph.ops.size(), -1);
+  std::vector<int64_t> layers_done(graph.ops.size(), 0);  // of each MetaOp, by the slices so far
   std::vector<std::vector<int>> producers, consumers;
   std::vector<std::vector<int>> slices_of_wave(waves.size());
   for (size_t w = 0; w < waves.size(); ++w) {
@@ -85,13 +86,21 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
       const int index = static_cast<int>(t.slices.size());
       std::vector<int> from;
       if (last_of_op[p.metaop] >= 0) {
+        if (layers_done[p.metaop] != p.first_layer) {
+          throw InternalError(fmt::format("MetaOp {}'s layers from {} are placed after its layers up to {}", p.metaop,
+                                          p.first_layer, layers_done[p.metaop]));
+        }
         from.push_back(last_of_op[p.metaop]);
       } else {
         for (int input : m.inputs) {
-          if (last_of_op[input] < 0) throw InputError("a MetaOp is placed before one of its inputs");
+          // Its input whole: a consumer of a part would take activations of the wrong layer.
+          if (last_of_op[input] < 0 || layers_done[input] != graph.ops[input].layers) {
+            throw InternalError(fmt::format("MetaOp {} is placed before its input MetaOp {} is done", p.metaop, input));
+          }
           from.push_back(last_of_op[input]);
         }
       }
+      layers_done[p.metaop] = p.first_layer + p.layers;
       producers.push_back(from);
       consumers.emplace_back();
       for (int f : from) consumers[f].push_back(index);

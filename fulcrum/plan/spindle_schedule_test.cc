@@ -66,6 +66,22 @@ TEST(WavesSchedule, ThePlanAndItsBaselinesValidateAndSimulate) {
   }
 }
 
+// Waves cut so their gradients' all-reduces overlap their own backward keep every MetaOp after its inputs: a
+// task-greedy wave holds a task's chain of MetaOps on its devices, which a cut into parts of every slice's layers
+// broke (a tower's final norm in the first part, after only its first blocks). waves_schedule() refuses a MetaOp
+// placed before its input is whole.
+TEST(WavesSchedule, CutWavesKeepEachMetaOpAfterItsInputs) {
+  for (const auto& [tasks, devices] : {std::pair{"multitask-clip-4", "a800:16"}, std::pair{"qwen-val", "a800:64"},
+                                       std::pair{"ofasys-4", "a800:8"}, std::pair{"multitask-clip-10", "a800:32"}}) {
+    Planned p(tasks, devices);
+    for (const std::vector<PlannedWave>& waves :
+         {task_greedy_waves(p.in, p.plan), per_task_waves(p.in, p.plan), p.plan.waves}) {
+      const std::vector<PlannedWave> cut = cut_for_gradient_overlap(p.in, p.plan.graph, waves);
+      ASSERT_NO_THROW(validate(waves_schedule(p.in, p.plan.graph, cut))) << tasks << " on " << devices;
+    }
+  }
+}
+
 // Every plan of the same model does the same work: the model FLOPs do not depend on the arrangement.
 TEST(WavesSchedule, EveryArrangementDoesTheSameWork) {
   Planned p("multitask-clip-7", "a800:16");

@@ -23,12 +23,12 @@
 
 namespace fulcrum {
 
-MicroBatchLoads uniform_loads(int micro_batches, int64_t sequences, int64_t tokens, int64_t images) {
+MicroBatchLoads uniform_loads(int micro_batches, int64_t sequences, int64_t tokens, int64_t vision) {
   MicroBatchLoad load;
   load.sequences = sequences;
   load.llm_tokens = sequences * tokens;
   load.llm_tokens_squared = sequences * tokens * tokens;
-  load.vision = sequences * images;
+  load.vision = sequences * vision;
   return {{std::vector<MicroBatchLoad>(static_cast<size_t>(std::max(0, micro_batches)), load)}};
 }
 

@@ -24,9 +24,10 @@ struct MicroBatchLoads {
   std::vector<std::vector<MicroBatchLoad>> per_replica;
 };
 
-// `micro_batches` micro-batches of `sequences` samples each with `tokens` LLM tokens and `images` encoder items
-// per sample: the synthetic load of a benchmark configuration.
-MicroBatchLoads uniform_loads(int micro_batches, int64_t sequences, int64_t tokens, int64_t images);
+// `micro_batches` micro-batches of `sequences` samples each with `tokens` LLM tokens and `vision` encoder load
+// per sample (items, or patch tokens for a dynamic-resolution encoder: synthetic_vision_per_sample): the
+// synthetic load of a benchmark configuration.
+MicroBatchLoads uniform_loads(int micro_batches, int64_t sequences, int64_t tokens, int64_t vision);
 
 // The tokens component `component` of `model` processes for a micro-batch: the LLM its tokens; an encoder its
 // items' patch tokens (fixed per item, or dynamic: one image per sample); a projector the encoder's tokens after
