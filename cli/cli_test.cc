@@ -1665,6 +1665,9 @@ TEST_F(Cli, MultitaskBadInput) {
       {"--tasks multitask-clip-4 --load-schedule " + no_task, "no_task.json: slice 0 runs task 99, but"},
       {"--tasks multitask-clip-4 --load-schedule " + other_tokens, "on 256 sequences of 3 tokens, which task"},
       {"--tasks multitask-clip-4 --load-schedule " + saved + " --save-schedule x.json", "--load-schedule times"},
+      // The schedule keeps its own optimizer state and sync groups: these would be ignored.
+      {"--tasks multitask-clip-4 --load-schedule " + saved + " --zero 0", "--zero and --bucket-mb plan one"},
+      {"--tasks multitask-clip-4 --load-schedule " + saved + " --bucket-mb 25", "--zero and --bucket-mb plan one"},
       {"--tasks multitask-clip-4 --zero 2", "--zero 2: a multitask plan all-reduces gradients in full"},
       {"--tasks multitask-clip-4 --bucket-mb -1", "--bucket-mb -1: expected MiB from 0"},
   };

@@ -46,6 +46,9 @@ struct MultitaskOptions {
   int zero = 1;
   double bucket_mb = 25;
   bool json = false;
+  // Whether --zero and --bucket-mb were given: a loaded schedule keeps its own optimizer state and sync groups.
+  const CLI::Option* zero_option = nullptr;
+  const CLI::Option* bucket_option = nullptr;
 };
 
 // The command that makes this plan (and its report) again.
@@ -367,6 +370,11 @@ void run(const MultitaskOptions& o) {
   if (!o.load_schedule.empty() && (!o.save_schedule.empty() || !o.report.empty() || o.schedule_of != "plan")) {
     throw InputError("--load-schedule times the given schedule: --save-schedule, --schedule-of and --report plan one");
   }
+  if (!o.load_schedule.empty() && ((o.zero_option && o.zero_option->count() > 0) ||
+                                   (o.bucket_option && o.bucket_option->count() > 0))) {
+    throw InputError("--load-schedule times the given schedule with its own optimizer state and sync groups: "
+                     "--zero and --bucket-mb plan one");
+  }
   const TaskGraph graph = load_task_graph(o.tasks);
   const ClusterSpec cluster = load_cluster(o.cluster);
   const Dtype dtype = training_dtype(o.dtype, cluster);
@@ -586,14 +594,14 @@ std::function<void()> add_multitask_command(CLI::App& app) {
       ->check(CLI::IsMember({"plan", "sequential", "per-task", "task-greedy"}))
       ->capture_default_str();
   cmd->add_option("--report", o->report, "Write an HTML report: the waves, idle time, memory, the arrangements");
-  cmd->add_option("--zero", o->zero,
+  o->zero_option = cmd->add_option("--zero", o->zero,
                   "Optimizer state: 1 sharded over each layer's replicas (ZeRO-1), 0 whole on every device that holds "
                   "the layer")
       ->capture_default_str();
-  cmd->add_option("--bucket-mb", o->bucket_mb,
+  o->bucket_option = cmd->add_option("--bucket-mb", o->bucket_mb,
                   "Sync groups on the same devices ready one after another share an all-reduce up to this many MiB "
-                  "of gradients per device, as DDP's bucket_cap_mb; 0: one all-reduce per group (a --load-schedule "
-                  "schedule keeps its own groups)")
+                  "of gradients per device, as DDP's bucket_cap_mb; 0: one all-reduce per group (not with "
+                  "--load-schedule, whose schedule keeps its own groups)")
       ->capture_default_str();
   cmd->add_option("--load-schedule", o->load_schedule,
                   "Simulate this multitask schedule (a --save-schedule file) on the tasks, cluster and costs given, "

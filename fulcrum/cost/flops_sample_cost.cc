@@ -36,14 +36,25 @@ FlopsCoefficients parse_flops_coefficients(std::string_view text, const std::str
       {"llm_attention_flops_per_token_squared", &c.llm_attention_flops_per_token_squared},
       {"device_flops_per_second", &c.device_flops_per_second},
   };
+  // Far past any model's work per unit (a 22B tower's tile is about 3e13 FLOPs) and any device's rate (1e15 for an
+  // H100), yet small enough that no sum over a plan's samples overflows.
+  constexpr double kMostFlops = 1e18, kLeastRate = 1e6, kMostRate = 1e18;
   for (const auto& [key, value] : json.items()) {
-    if (key == "fulcrum") continue;  // the schema version key
+    if (key == "fulcrum") {  // the schema version key
+      if (!value.is_number_integer() || value.get<int64_t>() != 1) {
+        throw InputError(fmt::format("{}: fulcrum must be 1, the schema version this reads", file));
+      }
+      continue;
+    }
     bool known = false;
     for (const auto& [name, slot] : fields) {
       if (key != name) continue;
       known = true;
-      if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0.0) {
-        throw InputError(fmt::format("{}: {} must be a non-negative number", file, key));
+      const bool rate = slot == &c.device_flops_per_second;
+      const double least = rate ? kLeastRate : 0.0, most = rate ? kMostRate : kMostFlops;
+      if (!value.is_number() || !(value.get<double>() >= least && value.get<double>() <= most)) {
+        throw InputError(fmt::format("{}: {} must be a number from {:g} to {:g}, got {}", file, key, least, most,
+                                     value.dump()));
       }
       *slot = value.get<double>();
     }

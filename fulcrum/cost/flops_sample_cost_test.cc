@@ -1,5 +1,6 @@
 #include "fulcrum/cost/flops_sample_cost.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "fulcrum/core/error.h"
@@ -35,6 +36,12 @@ TEST(FlopsSampleCost, OverridesFromJson) {
   EXPECT_THROW(parse_flops_coefficients(R"({"llm_token_flops":-1})", "c.json"), InputError);
   EXPECT_THROW(parse_flops_coefficients(R"({"device_flops_per_second":0})", "c.json"), InputError);
   EXPECT_THROW(parse_flops_coefficients(R"([1])", "c.json"), InputError);
+  // Values whose sums overflow to inf and NaN (balance measured as NaN), a rate of no device, another schema.
+  EXPECT_THAT([] { parse_flops_coefficients(R"({"vit_tile_flops":1e308})", "c.json"); },
+              ::testing::ThrowsMessage<InputError>(
+                  ::testing::HasSubstr("c.json: vit_tile_flops must be a number from 0 to 1e+18, got 1e+308")));
+  EXPECT_THROW(parse_flops_coefficients(R"({"device_flops_per_second":1e-300})", "c.json"), InputError);
+  EXPECT_THROW(parse_flops_coefficients(R"({"fulcrum":99,"llm_token_flops":2.0})", "c.json"), InputError);
   EXPECT_THROW(parse_flops_coefficients(R"({)", "c.json"), InputError);
   EXPECT_THROW(parse_flops_coefficients(R"({"llm_token_flops": 1e999})", "c.json"), InputError);
 }

@@ -70,6 +70,9 @@ ConfigurationProgram configuration_program(const std::vector<LevelOp>& ops, int 
   for (const auto& p : points) {
     if (p.empty()) return out;
   }
+  // Each pivot solves the dense k × k basis three times: past this many ops a level's program takes seconds (100
+  // ops 3 s, 200 more than 30 s) where the wavefront's packings take milliseconds.
+  if (k > kMostConfigurationProgramOps) return out;
   auto configuration = [&](std::vector<int> chosen) {
     Column c;
     c.points = std::move(chosen);

@@ -1,6 +1,7 @@
 #ifndef FULCRUM_PLAN_CONFIGURATION_PROGRAM_H_
 #define FULCRUM_PLAN_CONFIGURATION_PROGRAM_H_
 
+#include <cstddef>
 #include <vector>
 
 #include "fulcrum/plan/level_allocation.h"
@@ -22,10 +23,14 @@ struct ConfigurationProgram {
   double makespan_seconds = 0;  // the optimum, operators split freely
   // The optimum's configurations as waves from `start_seconds`, each op's operators rounded to whole ones (its
   // total exact, each configuration's share to the nearest), each wave as long as its longest slice. Empty when
-  // the program was not solved (an op with no point on `devices` or fewer, or the iteration limit).
+  // the program was not solved (an op with no point on `devices` or fewer, more than
+  // kMostConfigurationProgramOps ops, or the iteration limit).
   std::vector<Wave> waves;
   int iterations = 0;  // simplex pivots
 };
+
+// The most ops a level's program is solved for: its dense solves grow with the cube of the ops, each pivot.
+inline constexpr size_t kMostConfigurationProgramOps = 48;
 
 // InputError when an op has no curve or no operators, or `devices` < 1.
 ConfigurationProgram configuration_program(const std::vector<LevelOp>& ops, int devices, double start_seconds);

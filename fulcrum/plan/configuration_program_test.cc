@@ -25,6 +25,22 @@ TEST(ConfigurationProgram, OpsThatScalePoorlyRunSideBySide) {
   EXPECT_DOUBLE_EQ(p.waves[0].seconds, 10.0);
 }
 
+// A level of more ops than the program is solved for is left to the wavefront's packings (empty waves, no pivot),
+// as one it cannot solve is; at the limit the simplex runs.
+TEST(ConfigurationProgram, ALevelOfTooManyOpsIsNotSolved) {
+  const ScalabilityCurve curve({{1, 1.0, 1, 1}, {2, 0.9, 2, 1}});
+  std::vector<LevelOp> most;
+  for (size_t m = 0; m < kMostConfigurationProgramOps; ++m) most.push_back({&curve, 10 + static_cast<int64_t>(m)});
+  const ConfigurationProgram solved = configuration_program(most, static_cast<int>(most.size()), 0.0);
+  EXPECT_FALSE(solved.waves.empty());
+  EXPECT_GT(solved.iterations, 0);
+  std::vector<LevelOp> more = most;
+  more.push_back({&curve, 10});
+  const ConfigurationProgram skipped = configuration_program(more, static_cast<int>(more.size()), 0.0);
+  EXPECT_TRUE(skipped.waves.empty());
+  EXPECT_EQ(skipped.iterations, 0);
+}
+
 // QWen-VAL's fifth level on 32 A800s, in its curves' terms: the audio-language LLM (A) and the
 // vision-audio-language LLM (B), 32 blocks each, whose 16-device counts cross two nodes and lie under the
 // envelope from 8 to 32, and no count between 16 and 32 is valid. Solved by hand: running A and B side by side on
