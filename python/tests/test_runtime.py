@@ -408,3 +408,65 @@ def test_a_step_that_fails_leaves_the_gradients_as_they_were(tmp_path):
             assert torch.equal(q.grad, earlier)
         else:
             assert q.grad is None, name
+
+
+CHANGING_STEPS = """
+import sys, torch, torch.distributed as dist, torch.nn as nn
+import fulcrum.runtime as fr
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+class Layer(nn.Module):
+    def __init__(self, first):
+        super().__init__()
+        self.first, self.linear = first, nn.Linear(3, 3)
+    def forward(self, state, batch):
+        return (self.linear(batch["x"] if self.first else state[0]),)
+class Chain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList(Layer(i == 0) for i in range(4))
+loss = lambda out, labels: out.sum()
+torch.manual_seed(rank + 1)
+mb = lambda n: {"x": torch.randn(n, 3), "labels": torch.ones(n, dtype=torch.long)}
+if sys.argv[1] == "ddp":
+    model = Chain()
+    first = model.layers[0].linear.weight
+    first.requires_grad_(False)
+    runtime = fr.Runtime(model, fr.RuntimePlan.generate("1f1b", 4, 1, dp=2), loss)
+    assert runtime.engine == "ddp"
+    first.requires_grad_(True)  # unfrozen after the runtime was made, on every replica
+    torch.manual_seed(rank + 1)  # each replica its own data
+    runtime.step([mb(2)], step_tokens=4)
+    both = [torch.zeros_like(first.grad) for _ in range(2)]
+    dist.all_gather(both, first.grad)
+    print("equal" if torch.equal(both[0], both[1]) else "apart")
+else:
+    runtime = fr.Runtime(Chain(), fr.RuntimePlan.generate("1f1b", 4, 2, pp=2), loss)
+    assert runtime.engine == "torch"
+    runtime.step([mb(2), mb(2)], step_tokens=4)
+    try:
+        runtime.step([mb(5), mb(5)], step_tokens=10)
+        print("accepted")
+    except ValueError as e:
+        print("refused: " + str(e))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("mode", ["ddp", "torch"])
+def test_steps_that_change_what_trains_or_the_shapes_are_reduced_or_refused(mode, tmp_path):
+    # DDP reduces only what required a gradient when it was made: layers unfrozen later were left unreduced, each
+    # replica stepping its own gradient. torch.distributed.pipelining's stages keep the first step's shapes: a
+    # later step of other shapes aborted the process in gloo.
+    script = tmp_path / "changing_steps.py"
+    script.write_text(CHANGING_STEPS)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(script), mode], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # The two ranks' lines may interleave: each rank's answer is counted.
+    want = "equal" if mode == "ddp" else ("refused: engine 'torch' fixed the micro-batches' shapes at its first step, "
+                                          "but 'labels' was (2,) and is now (5,)")
+    assert done.stdout.count(want) == 2, done.stdout
+    assert "apart" not in done.stdout and "accepted" not in done.stdout

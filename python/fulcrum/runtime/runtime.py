@@ -218,28 +218,11 @@ class Runtime:
     def _build_engine(self):
         p = self.plan
         if self.engine == "ddp":
-            (stage,) = self.stages.values()
-            self._module = stage
-            self._compute_end = None
-            if p.dp > 1:
-                from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-                from torch.nn.parallel import DistributedDataParallel
-
-                # A micro-batch may leave parameters unused (text-only samples skip the image encoder): DDP must
-                # look for them, or its reduction waits for gradients that never come.
-                self._module = DistributedDataParallel(stage, process_group=self._dp_group,
-                                                       find_unused_parameters=self.find_unused_parameters,
-                                                       broadcast_buffers=self.broadcast_buffers)
-
-                def hook(state, bucket):
-                    # A bucket is ready when its gradients are computed: the last one marks the end of this
-                    # rank's backward compute; what follows is reduction and waiting for other replicas.
-                    self._compute_end = time.perf_counter()
-                    return allreduce_hook(state, bucket)
-
-                self._module.register_comm_hook(self._dp_group, hook)
+            self._wrap_ddp()
         elif self.engine == "torch":
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+            self._torch_shapes = None  # the first step's micro-batch shapes, which PipelineStage keeps
 
             (s,) = self.stage_ids
             self._pipe_stage = PipelineStage(self.stages[s], s, p.pp, self.device, group=self._pp_group)
@@ -252,6 +235,32 @@ class Runtime:
             self._executor = ScheduleExecutor(self.plan, self.stages, self.pipeline_rank, peers, self._scaled_loss,
                                               self.labels_key, self.timeline, self._reduce_stage_gradients,
                                               self.encoder, self._reduce_encoder_gradients, self.fill_waits)
+
+    def _wrap_ddp(self) -> None:
+        """The data-parallel engine's module: the stage itself, or under DDP over the replicas. DDP reduces only
+        the parameters that required a gradient when it was made, so it is made again when that set changes
+        (layers unfrozen or frozen between steps, on every replica alike)."""
+        (stage,) = self.stages.values()
+        self._module = stage
+        self._compute_end = None
+        self._ddp_trains = tuple(q.requires_grad for q in stage.parameters())
+        if self.plan.dp > 1:
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+            from torch.nn.parallel import DistributedDataParallel
+
+            # A micro-batch may leave parameters unused (text-only samples skip the image encoder): DDP must
+            # look for them, or its reduction waits for gradients that never come.
+            self._module = DistributedDataParallel(stage, process_group=self._dp_group,
+                                                   find_unused_parameters=self.find_unused_parameters,
+                                                   broadcast_buffers=self.broadcast_buffers)
+
+            def hook(state, bucket):
+                # A bucket is ready when its gradients are computed: the last one marks the end of this
+                # rank's backward compute; what follows is reduction and waiting for other replicas.
+                self._compute_end = time.perf_counter()
+                return allreduce_hook(state, bucket)
+
+            self._module.register_comm_hook(self._dp_group, hook)
 
     def _instrument_pipeline_stage(self, s: int):
         stage, timeline = self._pipe_stage, self.timeline
@@ -386,6 +395,9 @@ class Runtime:
         return earlier
 
     def _step_ddp(self, micro_batches) -> float:
+        (stage,) = self.stages.values()
+        if tuple(q.requires_grad for q in stage.parameters()) != self._ddp_trains:
+            self._wrap_ddp()
         module, timeline = self._module, self.timeline
         self._compute_end = None
         compute = 0.0
@@ -417,6 +429,17 @@ class Runtime:
                 raise ValueError(f"pipeline micro-batches need equal shapes, but {k!r} has {sorted(shapes)}: pack "
                                  "them to fixed caps")
             batch[k] = torch.cat([mb[k] for mb in micro_batches])
+        # PipelineStage takes its buffers' shapes from the first step: another shape later would be received into
+        # the wrong size (a gloo abort) or fail in backward. Every rank of the pipeline sees the same shapes.
+        shapes = {k: tuple(v.shape) for k, v in micro_batches[0].items()}
+        if self._torch_shapes is None:
+            self._torch_shapes = shapes
+        elif shapes != self._torch_shapes:
+            changed = next(k for k in sorted(set(shapes) | set(self._torch_shapes))
+                           if shapes.get(k) != self._torch_shapes.get(k))
+            raise ValueError(f"engine 'torch' fixed the micro-batches' shapes at its first step, but {changed!r} was "
+                             f"{self._torch_shapes.get(changed)} and is now {shapes.get(changed)}: keep the caps for "
+                             "the whole run, or use engine='executor', which takes each step's shapes")
         if self._pipe_stage.is_last:
             losses = []
             self._schedule.step(target=batch[self.labels_key], losses=losses, return_outputs=False, **batch)
