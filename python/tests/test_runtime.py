@@ -278,6 +278,24 @@ def test_a_parameter_two_stages_share_is_reduced_once_after_both():
     assert owners == {id(shared): 0, id(own): 1}
 
 
+def test_a_parameter_layers_on_two_pipeline_ranks_share_is_refused():
+    # A tied embedding and LM head on the first and last of two pipeline ranks: each rank would step its own copy.
+    from fulcrum.runtime.runtime import refuse_parameters_across_ranks
+
+    def chain(tie_first_to):
+        torch.manual_seed(0)
+        model = torch.nn.Module()
+        model.layers = torch.nn.ModuleList(torch.nn.Linear(3, 3) for _ in range(4))
+        model.layers[tie_first_to].weight = model.layers[0].weight
+        return model
+
+    plan = fr.RuntimePlan.generate("1f1b", 4, 2, pp=2)  # layers 0–1 on rank 0, 2–3 on rank 1
+    with pytest.raises(ValueError, match=r"parameter layers\.0\.weight is used by layers on pipeline ranks \[0, 1\]"):
+        refuse_parameters_across_ranks(chain(3), plan)
+    refuse_parameters_across_ranks(chain(1), plan)  # both on rank 0: reduced once there
+    refuse_parameters_across_ranks(chain(3), fr.RuntimePlan.generate("interleaved", 4, 2, pp=1, vpp=2))
+
+
 def test_step_tokens_must_be_a_whole_count():
     import torch.nn as nn
 

@@ -245,6 +245,17 @@ def test_wave_plans_are_checked(tmp_path):
     with pytest.raises(ValueError, match="layer 0 of component 'vision' is held by devices 0,1 and no sync group"):
         fr.WaveRuntime(example.TinyMultitask(), graph, unsynced)  # before it looks for the ranks to run it
 
+    # One module in two components' layers: the waves would step and synchronise its copies apart.
+    from fulcrum.runtime.waves import check_layers_share_no_parameter
+
+    check_layers_share_no_parameter(example.TinyMultitask().components)
+    tied = example.TinyMultitask()
+    first, second = list(tied.components)[:2]
+    tied.components[second][0] = tied.components[first][0]
+    with pytest.raises(ValueError, match=f"a parameter of layer 0 of component '{second}' is also one of layer 0 of "
+                                         f"component '{first}'"):
+        fr.WaveRuntime(tied, graph, doc)
+
     # Every task's nodes run whole, once: a task left out would train nothing and report a loss of 0.
     from fulcrum.runtime.waves import check_tasks_run
 

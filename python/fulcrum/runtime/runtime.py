@@ -60,6 +60,29 @@ def _program_order(program: Sequence[Sequence[Any]]) -> list[tuple[str, int]]:
     return [(str(i[0]), int(i[2])) for i in program if i[0] in ("F", "B", "BI", "W")]
 
 
+def refuse_parameters_across_ranks(model: nn.Module, plan: RuntimePlan) -> None:
+    """A parameter held by layers of stages on two pipeline ranks (an embedding tied to the LM head of a last
+    stage on another rank) would be two copies, each rank stepping its own gradient: they would train apart. Every
+    rank holds the whole model, so each finds the same sharing and refuses alike, before any group is used."""
+    ranks_of: dict = {}
+    names: dict = {}  # each parameter by its first name
+    for name, q in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(q), name)
+    for r in range(plan.pp):
+        ranges = [plan.stages[s] for s in plan.stages_of(r)]
+        if plan.encoder is not None:
+            ranges.append(plan.encoder.stages[plan.encoder.stage_on(r)])
+        for first, end in ranges:
+            for layer in range(first, end):
+                for q in model.layers[layer].parameters():
+                    ranks_of.setdefault(id(q), set()).add(r)
+    for q_id, ranks in ranks_of.items():
+        if len(ranks) > 1:
+            raise ValueError(f"{plan.where}: parameter {names.get(q_id, '?')} is used by layers on pipeline ranks "
+                             f"{sorted(ranks)}, whose copies would train apart: untie it, or place the layers "
+                             "sharing it in stages of one rank")
+
+
 class Runtime:
     """A training step of ``model`` as ``plan`` lays it out over the ranks of the default process group.
 
@@ -117,6 +140,7 @@ class Runtime:
         self._dp_group, self._pp_group = self._make_groups() if initialized else (None, None)
         self._encoder_group = self._make_encoder_group() if initialized and p.encoder is not None else None
 
+        refuse_parameters_across_ranks(model, p)
         self.stage_ids = p.stages_of(self.pipeline_rank)
         last = len(p.stages) - 1
         self.stages = {s: StageModule(model, *p.stages[s], p.recompute, pad_output=s != last) for s in self.stage_ids}

@@ -135,6 +135,20 @@ def check_copies_synchronised(plan: WavePlan, model_doc: Mapping[str, Any], comp
                              "copies equal")
 
 
+def check_layers_share_no_parameter(components: Mapping[str, Sequence]) -> None:
+    """Raises ValueError when one parameter belongs to two layers (a module two components use, a tied weight):
+    the waves hold, step and synchronise each layer's parameters apart, so its copies would train apart."""
+    seen: dict[int, str] = {}
+    for name, layers in components.items():
+        for layer, module in enumerate(layers):
+            for q in dict.fromkeys(module.parameters()):
+                where = f"layer {layer} of component {name!r}"
+                first = seen.setdefault(id(q), where)
+                if first != where:
+                    raise ValueError(f"a parameter of {where} is also one of {first}: the waves keep each layer's "
+                                     "parameters apart, so its copies would train apart; untie it")
+
+
 def check_tasks_run(plan: WavePlan, task_graph: Mapping[str, Any], components: Mapping[str, Sequence]) -> None:
     """Raises ValueError unless the schedule's slices run every node of every task whole, each layer once, and
     nothing else: a task no slice runs would train nothing and report a loss of 0. ``components`` as for
@@ -197,6 +211,7 @@ class WaveRuntime:
                 raise ValueError(f"the model has no component {name!r}, which the task graph names")
         warn_parameters_outside(model, (layer for n in self.component_names for layer in model.components[n]),
                                 "the components the task graph names")
+        check_layers_share_no_parameter(model.components)
         check_copies_synchronised(p, model_doc, model.components)
         check_tasks_run(p, task_graph, model.components)
         initialized = dist.is_available() and dist.is_initialized()
