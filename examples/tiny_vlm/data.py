@@ -76,8 +76,9 @@ class SyntheticVlmData(torch.utils.data.Dataset):
         image_tokens = tiles * c.tokens_per_tile
         tokens = torch.tensor([IMAGE_TOKEN] * image_tokens + words, dtype=torch.int64)
         labels = torch.full_like(tokens, IGNORE)
-        labels[image_tokens - 1: -1] = tokens[image_tokens:]  # each position predicts the next text token
-        if image_tokens == 0:
+        if image_tokens:  # each position from the last image token on predicts the next text token
+            labels[image_tokens - 1: -1] = tokens[image_tokens:]
+        else:
             labels[:-1] = tokens[1:]
         return {"pixels": pixels, "tokens": tokens, "labels": labels}
 

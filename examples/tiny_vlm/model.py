@@ -138,7 +138,9 @@ class PatchEmbedding(nn.Module):
         pixels = batch["pixels"][: int(batch["real_tiles"].reshape(-1)[0])]
         p = self.patch
         tiles = pixels.shape[0]
-        patches = pixels.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 1, 4, 5).reshape(tiles, -1, 3 * p * p)
+        # The patch count is the model's, not inferred: a micro-batch of text-only samples has no tile.
+        patches = pixels.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 1, 4, 5).reshape(
+            tiles, self.position.shape[0], 3 * p * p)
         return (self.proj(patches) + self.position,)
 
 

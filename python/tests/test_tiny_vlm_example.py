@@ -160,3 +160,35 @@ def test_compare_lays_predictions_beside_measurements(tmp_path):
             assert row[key] >= 0, (mode, key)
         # Two steps are too few to hold the simulator to its target, but not to being the right size.
         assert 0.5 < row["predicted_step_seconds"] / row["measured_step_seconds"] < 2, (mode, row)
+
+
+def test_text_only_samples_and_micro_batches_train():
+    # The bundled lengths hold no sample without tiles, but the model and data are written for them: a text-only
+    # sample's labels predict each next token, and a micro-batch without tiles runs the encoder on nothing.
+    import importlib.util
+
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        spec = importlib.util.spec_from_file_location("tiny_vlm_model", EXAMPLE / "model.py")
+        model_module = sys.modules.setdefault("tiny_vlm_model", importlib.util.module_from_spec(spec))
+        spec.loader.exec_module(model_module)
+        import data as data_module
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    config = model_module.TinyVlmConfig()
+    lengths = data_module.Lengths(tiles=np.array([0, 0, 1]), tokens=np.array([5, 6, config.tokens_per_tile + 4]),
+                                  text=np.array([5, 6, 4]))
+    dataset = data_module.SyntheticVlmData(lengths, config)
+    text_only = dataset[0]
+    assert text_only["pixels"].shape[0] == 0
+    assert torch.equal(text_only["labels"][:-1], text_only["tokens"][1:])
+    model = model_module.TinyVlm(config)
+    for samples in ([dataset[0], dataset[1]], [dataset[0], dataset[2]]):
+        batch = data_module.pack(samples)
+        loss = model_module.token_loss_sum(model(batch), batch["labels"])
+        loss.backward()
+        assert torch.isfinite(loss)
+        assert next(model.layers[-1].parameters()).grad is not None
