@@ -1,7 +1,10 @@
 #include "fulcrum/model/cluster_spec.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -147,6 +150,31 @@ void read_device(const json& d, DeviceSpec& device, const std::string& where) {
 
 }  // namespace
 
+namespace {
+
+// A kind names the efficiencies and launch bound the cost model takes (analytic_cost.h); another kind gets generic
+// ones. A preset's device keeps a known kind (its measured rates are that kind's), and a kind that differs from a
+// known one only in case is a typo either way: "H100" would silently cost as an unknown device.
+void check_kind(const std::string& kind, bool preset, const std::string& where) {
+  const std::vector<std::string>& kinds = cluster_kinds();
+  if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) return;
+  auto lower = [](std::string text) {
+    for (char& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return text;
+  };
+  for (const std::string& known : kinds) {
+    if (lower(kind) == known) {
+      throw InputError(fmt::format("{}: kind '{}' is not a kind; kinds are lower case: '{}'", where, kind, known));
+    }
+  }
+  if (preset) {
+    throw InputError(fmt::format("{}: kind '{}' is not one of {}: a preset's device keeps a known kind (a whole "
+                                 "device without a preset may name its own)", where, kind, fmt::join(kinds, ", ")));
+  }
+}
+
+}  // namespace
+
 ClusterSpec cluster_from_json(std::string_view text, const std::string& file) {
   const json doc = parse_json_document(text, file);
   if (!doc.is_object()) throw InputError(fmt::format("{}: a cluster is a JSON object", file));
@@ -167,6 +195,7 @@ ClusterSpec cluster_from_json(std::string_view text, const std::string& file) {
       } else if (key == "preset") {
       } else if (key == "device") {
         read_device(value, cluster.device, file + ": device");
+        check_kind(cluster.device.kind, doc.contains("preset"), file + ": device");
       } else if (key == "devices") {
         if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > kMostDevices) {
           throw InputError(fmt::format("{}: devices must be an integer from 1 to {}", file, kMostDevices));

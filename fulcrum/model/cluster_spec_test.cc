@@ -135,6 +135,11 @@ TEST(ClusterJson, BadInputNamesFileAndKey) {
        "c.json: device: collective_latency_seconds must be a number from 1e-09 to 10"},
       {R"({"devices": 4, "device": {"kind": "x", "bf16_flops_per_second": 1e15}})", "c.json: device: memory_bytes is missing"},
       {R"({"device": {"kind": "x"}})", "c.json: device:"},
+      // A typo of a kind would cost the cluster as an unknown device, without a word.
+      {R"({"preset": "h100:16", "device": {"kind": "H100"}})",
+       "c.json: device: kind 'H100' is not a kind; kinds are lower case: 'h100'"},
+      {R"({"preset": "h100:16", "device": {"kind": "h1000"}})",
+       "c.json: device: kind 'h1000' is not one of a100, a800, cpu, h100, h200: a preset's device keeps a known kind"},
       {R"({"preset": "h100:8", "fulcrum": 2})", "c.json: unsupported format version 2"},
       {R"({"preset": "cpu:2", "device": {"collective_latency_seconds": 0}})",
        "c.json: device: collective_latency_seconds must be a number from 1e-09 to 10"},
