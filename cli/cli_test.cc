@@ -808,6 +808,10 @@ TEST_F(Cli, SimulateBadInputTable) {
       {"--model gpt-11b --cluster h100:8 --gbs 8 --load-schedule " + saved + " --tp 8 --zero 3",
        "saved.json: the loaded schedule sets the layout, schedule and recomputation; leave out --tp, --zero"},
       {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --pp 4 --dp 4", "DP 4 × TP 8 × PP 4 = 128 devices"},
+      // The value that stands for the option left out, given: refused, not taken as unset.
+      {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --dp 0", "--dp"},
+      {"--model internvl-chat-1.5 --cluster a100:8 --gbs 8 --encoder-tp 0", "--encoder-tp"},
+      {"--model internvl-chat-1.5 --cluster a100:8 --gbs 8 --image-tokens 0", "--image-tokens"},
       {"--model gpt-11b --cluster h100:64 --gbs 100 --mbs 2 --tp 8 --pp 2", "global batch 100 is not divisible"},
       {"--model gpt-11b --cluster h100:64 --gbs 12 --tp 8 --pp 4 --vpp 2",
        "interleaved 1F1B needs micro-batches divisible by pp: 6 micro-batches, pp 4"},

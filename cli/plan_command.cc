@@ -454,7 +454,8 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_option("--images-per-sample", o->images_per_sample, "Without --data: encoder items per sample")
       ->capture_default_str();
   cmd->add_option("--image-tokens", o->image_tokens,
-                  "Patch tokens per image (default: the encoder's own; 1024 for a dynamic-resolution encoder)");
+                  "Patch tokens per image (default: the encoder's own; 1024 for a dynamic-resolution encoder)")
+      ->check(at_least(1));
   cmd->add_option("--strategy", o->strategy, "zero3 | megatron | balanced | omnibal | optimus | fulcrum")->capture_default_str();
   cmd->add_option("--config", o->config,
                   "DP,TP,PP,VPP,MBS pinning the planned strategy's configuration (its schedule is still chosen)");

@@ -382,11 +382,13 @@ std::function<void()> add_simulate_command(CLI::App& app) {
   cmd->add_option("--cluster", o->cluster, "Devices, e.g. h100:1536, or a cluster JSON file")->required();
   cmd->add_option("--gbs", o->gbs, "Global batch: samples per iteration over all replicas")->required();
   cmd->add_option("--mbs", o->mbs, "Samples per micro-batch")->capture_default_str();
-  cmd->add_option("--dp", o->dp, "Data-parallel replicas (default: the cluster's devices / (tp × pp))");
+  cmd->add_option("--dp", o->dp, "Data-parallel replicas (default: the cluster's devices / (tp × pp))")
+      ->check(at_least(1));
   cmd->add_option("--tp", o->tp, "Tensor parallelism")->capture_default_str();
   cmd->add_option("--pp", o->pp, "Pipeline ranks")->capture_default_str();
   cmd->add_option("--vpp", o->vpp, "Model chunks per pipeline rank (interleaving)")->capture_default_str();
-  cmd->add_option("--encoder-tp", o->encoder_tp, "Tensor parallelism of encoders and projectors (1 replicates them)");
+  cmd->add_option("--encoder-tp", o->encoder_tp, "Tensor parallelism of encoders and projectors (1 replicates them)")
+      ->check(at_least(1));
   cmd->add_option("--schedule", o->schedule, "gpipe | 1f1b | interleaved | zb-h1 (default 1f1b, interleaved with --vpp)");
   cmd->add_option("--recompute", o->recompute, "none | selective | full")->capture_default_str();
   cmd->add_option("--zero", o->zero, "ZeRO stage 0-3 for parameters, gradients and optimizer state")->capture_default_str();
@@ -396,7 +398,8 @@ std::function<void()> add_simulate_command(CLI::App& app) {
   cmd->add_option("--images-per-sample", o->images_per_sample, "Encoder items per sample (default 1 with an encoder)")
       ->check(at_least(0));
   cmd->add_option("--image-tokens", o->image_tokens,
-                  "Patch tokens per image (default: the encoder's own; 1024 for a dynamic-resolution encoder)");
+                  "Patch tokens per image (default: the encoder's own; 1024 for a dynamic-resolution encoder)")
+      ->check(at_least(1));
   cmd->add_option("--encoder-placement", o->placement, "first-stage | spread")->capture_default_str();
   cmd->add_option("--data", o->data, "Length file or meta index: micro-batches from a batcher's plan");
   cmd->add_option("--root", o->root, "Second folder for a meta index's paths")->capture_default_str();
