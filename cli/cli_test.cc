@@ -259,7 +259,7 @@ TEST_F(Cli, BadInputTable) {
        "the device count must be an integer from 1 to 1048576"},
       // Options that cannot apply are refused, not ignored.
       {"image_tokens_negative", "", "simulate --model llava-1.5-7b --cluster a100:8 --gbs 8 --image-tokens -5 "
-       "--trace {out}", "--image-tokens must be from 0 to 65536, got -5"},
+       "--trace {out}", "--image-tokens: must be an integer of at least 1, got -5"},
       {"images_without_encoder", "", "simulate --model gpt-11b --cluster h100:8 --tp 8 --gbs 8 --images-per-sample 5 "
        "--trace {out}", "model 'gpt-11b' has no encoder"},
       // One output of two that cannot be written: neither is, and the warnings of a failed run stay unsaid.

@@ -145,6 +145,18 @@ TEST(Batcher, UnknownNameAndBadParameters) {
   EXPECT_THROW(check_params(p, data), InputError);
   p.window_steps = 8;
   EXPECT_NO_THROW(check_params(p, data));
+  // Steps of repeats: up to 2^20 samples a step over any dataset, and past it up to 16 repeats of each sample.
+  p.samples_per_step = int64_t{1} << 20;
+  EXPECT_NO_THROW(check_params(p, data));
+  p.samples_per_step += 1;
+  EXPECT_THAT([&] { check_params(p, data); },
+              ::testing::ThrowsMessage<InputError>(::testing::HasSubstr(
+                  "1048577 samples a step over a dataset of 10: each sample would repeat more than 16 times")));
+  const Dataset large = testing::random_dataset(100000, 1);
+  p.samples_per_step = 1600000;
+  EXPECT_NO_THROW(check_params(p, large));
+  p.samples_per_step = 1600001;
+  EXPECT_THROW(check_params(p, large), InputError);
 }
 
 }  // namespace
