@@ -1,6 +1,7 @@
 #include "fulcrum/model/task_graph.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -171,9 +172,29 @@ std::vector<int> topological_order(const Task& task) {
     }
   }
   if (static_cast<int>(order.size()) != n) {
-    for (int k = 0; k < n; ++k) {
-      if (waiting[k] > 0) throw InputError(fmt::format("node '{}' is on a cycle of inputs", task.nodes[k].name));
+    // A node left waiting has an input left waiting: walking back from one, a node repeats, and the walk from
+    // its first visit is a cycle (a node merely downstream of one is not on it).
+    int k = 0;
+    while (waiting[k] == 0) ++k;
+    std::vector<int> visited_at(n, -1);
+    std::vector<int> walk;
+    while (visited_at[k] < 0) {
+      visited_at[k] = static_cast<int>(walk.size());
+      walk.push_back(k);
+      for (int input : task.nodes[k].inputs) {
+        if (waiting[input] > 0) {
+          k = input;
+          break;
+        }
+      }
     }
+    std::vector<std::string> cycle;
+    for (size_t i = static_cast<size_t>(visited_at[k]); i < walk.size(); ++i) {
+      cycle.push_back(fmt::format("'{}'", task.nodes[walk[i]].name));
+    }
+    std::reverse(cycle.begin(), cycle.end());  // in the direction the outputs flow
+    throw InputError(fmt::format("node {} is on a cycle of inputs: {} → {}", cycle.front(), fmt::join(cycle, " → "),
+                                 cycle.front()));
   }
   return order;
 }

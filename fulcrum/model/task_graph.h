@@ -26,7 +26,9 @@ struct TaskNode {
 struct Task {
   std::string name;
   int64_t batch = 0;         // samples per iteration
-  int64_t micro_batches = 1; // run one after another (gradient accumulation); they divide the batch
+  // Run one after another in each wave; they divide the batch. Each keeps its activations until its backward
+  // wave, so they bound a pass's size and data parallelism, not the activation memory (unlike accumulation).
+  int64_t micro_batches = 1;
   std::vector<TaskNode> nodes;
 };
 

@@ -42,6 +42,20 @@ TEST(TaskGraph, ReadsTasksOverSharedComponents) {
   EXPECT_EQ(g.tasks[1].micro_batches, 1);
 }
 
+// The cycle named is a cycle: 'head' takes c's output and waits on the cycle b → c → b without being on it.
+TEST(TaskGraph, ACycleIsNamedByItsOwnNodes) {
+  Task task;
+  task.name = "t";
+  task.nodes = {{.name = "head", .inputs = {3}}, {.name = "a"}, {.name = "b", .inputs = {1, 3}},
+                {.name = "c", .inputs = {2}}};
+  EXPECT_THAT([&] { topological_order(task); },
+              ::testing::ThrowsMessage<InputError>(
+                  ::testing::StrEq("node 'b' is on a cycle of inputs: 'b' → 'c' → 'b'")));
+  task.nodes = {{.name = "self", .inputs = {0}}};
+  EXPECT_THAT([&] { topological_order(task); },
+              ::testing::ThrowsMessage<InputError>(::testing::HasSubstr("'self' → 'self'")));
+}
+
 TEST(TaskGraph, BadGraphsAreRefusedByName) {
   const std::string good = kTwoTasks;
   auto with = [&](const std::string& from, const std::string& to) {
