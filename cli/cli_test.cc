@@ -1308,6 +1308,35 @@ TEST_F(Cli, MultitaskSimulatesEveryArrangementThePlannerMade) {
   }
 }
 
+// A frozen component passes its input's gradient back only for a trained one upstream: the planner's estimate
+// and the simulator agree on it (a frozen LLM after a trained tower was estimated at half its simulated time), and
+// a frozen tower nothing trained feeds has no backward at all.
+TEST_F(Cli, MultitaskFrozenComponentsPassGradientsBackOnlyForTrainedOnesUpstream) {
+  auto graph = [&](const std::string& trainable) {
+    const Result model = run("model --model llava-1.5-7b --json --trainable " + trainable);
+    EXPECT_EQ(model.status, 0) << model.err;
+    const nlohmann::json doc{{"fulcrum", 1}, {"kind", "tasks"}, {"name", "vl"},
+                             {"model", nlohmann::json::parse(model.out)},
+                             {"tasks", {{{"name", "vl"}, {"batch", 64}, {"nodes", {
+                                 {{"name", "image"}, {"component", "vision"}, {"tokens", 577}},
+                                 {{"name", "proj"}, {"component", "projector"}, {"tokens", 576}, {"inputs", {"image"}}},
+                                 {{"name", "llm"}, {"component", "llm"}, {"tokens", 1024}, {"inputs", {"proj"}}}}}}}}};
+    return write(trainable.substr(0, trainable.find(' ')) + ".json", doc.dump());
+  };
+  std::map<std::string, double> simulated;
+  for (const std::string trainable : {"vision projector llm", "vision projector", "projector llm"}) {
+    const Result r = run("multitask --tasks " + graph(trainable) + " --cluster a800:8 --json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    simulated[trainable] = j["iteration_seconds"].get<double>();
+    EXPECT_NEAR(j["estimate"]["iteration_seconds"].get<double>(), simulated[trainable], 0.03 * simulated[trainable])
+        << trainable;
+  }
+  // Freezing the LLM saves its weight gradients only; freezing the tower, its whole backward.
+  EXPECT_LT(simulated["vision projector"], simulated["vision projector llm"]);
+  EXPECT_LT(simulated["projector llm"], simulated["vision projector llm"]);
+}
+
 // A saved schedule whose slices run a layer before the layer it takes its input from is refused, naming both:
 // the saved schedule on one device with the first and last layers of a tower swapped covers every layer still.
 TEST_F(Cli, MultitaskRefusesASavedScheduleRunningALayerBeforeItsInput) {

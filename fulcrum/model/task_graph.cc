@@ -188,11 +188,11 @@ std::vector<int> topological_order(const Task& task) {
         }
       }
     }
+    std::vector<int> on_cycle(walk.begin() + visited_at[k], walk.end());
+    std::reverse(on_cycle.begin(), on_cycle.end());  // in the direction the outputs flow
+    std::rotate(on_cycle.begin(), std::min_element(on_cycle.begin(), on_cycle.end()), on_cycle.end());  // file's first
     std::vector<std::string> cycle;
-    for (size_t i = static_cast<size_t>(visited_at[k]); i < walk.size(); ++i) {
-      cycle.push_back(fmt::format("'{}'", task.nodes[walk[i]].name));
-    }
-    std::reverse(cycle.begin(), cycle.end());  // in the direction the outputs flow
+    for (int node : on_cycle) cycle.push_back(fmt::format("'{}'", task.nodes[node].name));
     throw InputError(fmt::format("node {} is on a cycle of inputs: {} → {}", cycle.front(), fmt::join(cycle, " → "),
                                  cycle.front()));
   }

@@ -79,10 +79,14 @@ MetaGraph contract(const TaskGraph& graph) {
       out.ops.push_back(std::move(m));
     }
   }
-  // Longest-path levels: the ops are in topological order, so one pass suffices.
+  // Longest-path levels and input gradients: the ops are in topological order, so one pass suffices.
   for (MetaOp& m : out.ops) {
     m.level = 0;
-    for (int i : m.inputs) m.level = std::max(m.level, out.ops[i].level + 1);
+    for (int i : m.inputs) {
+      const MetaOp& in = out.ops[i];
+      m.level = std::max(m.level, in.level + 1);
+      m.input_gradient = m.input_gradient || in.input_gradient || graph.model.components[in.component].trainable;
+    }
     if (static_cast<int>(out.levels.size()) <= m.level) out.levels.resize(m.level + 1);
   }
   for (int i = 0; i < static_cast<int>(out.ops.size()); ++i) out.levels[out.ops[i].level].push_back(i);

@@ -26,6 +26,9 @@ struct MetaOp {
   int64_t micro_batches = 1;
   std::vector<int> inputs;  // MetaOps whose output it takes
   int level = 0;
+  // A trainable MetaOp upstream of it in its task: its backward passes the gradient of its input back (for a
+  // frozen component, that input gradient is the whole of its backward; with none upstream it has no backward).
+  bool input_gradient = false;
 };
 
 struct MetaGraph {

@@ -136,9 +136,14 @@ ScalabilityCurve metaop_curve(const MetaOp& op, const ComponentSpec& component, 
            std::max(1, options.sharers);
   };
   auto compute_on = [&](int dp, int tp) {
-    const LayerWork w = metaop_work(op, dp, tp, component.trainable, dtype);
+    LayerWork w = metaop_work(op, dp, tp, component.trainable, dtype);
     double s = cost.layer_cost(w).seconds;
-    if (component.trainable) s += backward_cost(cost, w).seconds;
+    if (component.trainable) {
+      s += backward_cost(cost, w).seconds;
+    } else if (op.input_gradient) {  // frozen: only the gradient of its input, for the trainable MetaOps upstream
+      w.pass = Pass::kBackwardInput;
+      s += cost.layer_cost(w).seconds;
+    }
     return s * static_cast<double>(op.micro_batches);
   };
   // Tensor parallelism splits whole heads (and key/value heads, or replicates them); other layers run whole.

@@ -85,7 +85,8 @@ struct CurveOptions {
 LayerWork metaop_work(const MetaOp& op, int dp, int tp, bool trainable, Dtype dtype);
 
 // T_m(n) from the cost model for n up to `max_devices`: every (dp, tp) split, the fastest kept for each n.
-// A trained component's operators run forward and backward; a frozen one's forward only. A trained operator on
+// A trained component's operators run forward and backward; a frozen one's forward, and the gradient of its input
+// where a trained MetaOp is upstream of it (MetaOp::input_gradient). A trained operator on
 // dp > 1 copies also carries its share of its gradients' all-reduce over them (1/tp of the layer's parameters
 // on each device, inside one node when the n devices fit in one, else over the network): the α-β model's
 // term that does not shrink as devices are added (reference/spindle.md §5). It is what makes a light

@@ -669,6 +669,7 @@ BaselineTimes estimate_waves(const MultitaskInputs& in, const MetaGraph& g, cons
   for (PlannedWave& w : recomputing) {
     for (PlacedSlice& s : w.slices) {
       const MetaOp& op = g.ops.at(static_cast<size_t>(s.metaop));
+      if (!model.components[op.component].trainable && !op.input_gradient) continue;  // no backward to recompute for
       // A MetaOp's operators are one layer repeated: its recomputation in each mode, priced once.
       LayerWork work = metaop_work(op, s.dp, s.tp, model.components[op.component].trainable, in.dtype);
       work.pass = Pass::kRecompute;

@@ -46,6 +46,31 @@ TEST(MetaGraph, ContractsChainsOfIdenticalOperatorsAndLayersByLongestPath) {
   EXPECT_EQ(g.levels[1], (std::vector<int>{1}));
 }
 
+// A frozen MetaOp passes its input's gradient back only where a trained MetaOp is upstream in its task: its
+// curve then carries the backward-input pass, and without one it runs forward alone (the simulator alike).
+TEST(MetaGraph, AFrozenMetaOpPassesAGradientBackOnlyForATrainedOneUpstream) {
+  TaskGraph g = two_tasks();
+  g.model.components[2].trainable = false;  // the LLM, after the trained image tower
+  MetaGraph m = contract(g);
+  EXPECT_FALSE(m.ops[0].input_gradient);  // the image tower: nothing upstream
+  EXPECT_TRUE(m.ops[1].input_gradient);
+  const ClusterSpec cluster = cluster_preset("a800:8");
+  const AnalyticCost cost(cluster);
+  const ComponentSpec& llm = g.model.components[2];
+  CurveOptions options;
+  options.efficiency = cost.efficiency();
+  const double with_gradient = metaop_curve(m.ops[1], llm, cost, cluster, 1, options).points().front().seconds;
+  LayerWork w = metaop_work(m.ops[1], 1, 1, false, Dtype::kBf16);
+  const double forward = cost.layer_cost(w).seconds;
+  w.pass = Pass::kBackwardInput;
+  EXPECT_NEAR(with_gradient, forward + cost.layer_cost(w).seconds, 1e-12 * with_gradient);
+  m.ops[1].input_gradient = false;  // the tower frozen too: nothing to pass a gradient back to
+  EXPECT_NEAR(metaop_curve(m.ops[1], llm, cost, cluster, 1, options).points().front().seconds, forward,
+              1e-12 * forward);
+  g.model.components[0].trainable = false;
+  EXPECT_FALSE(contract(g).ops[1].input_gradient);
+}
+
 // A diamond a → b, a → c, b → c: breadth-first depth would put b and c on one level although b feeds c.
 TEST(MetaGraph, LongestPathLevelsKeepALevelIndependent) {
   TaskGraph g = two_tasks();

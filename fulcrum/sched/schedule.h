@@ -176,6 +176,9 @@ struct TaskSlice {
   int32_t tp = 1;
   int32_t wave = 0;         // forward wave; its backward runs in wave 2 · waves − 1 − wave
   std::vector<int32_t> devices;  // dp × tp of them, sorted
+  // Whether its backward passes its input's gradient back (a trained slice upstream in its task): a slice of a
+  // frozen component without it has no backward work and keeps no activations for one.
+  bool input_gradient = true;
 };
 struct SyncGroupSpec {
   std::vector<int32_t> devices;  // sorted

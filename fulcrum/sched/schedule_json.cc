@@ -265,9 +265,9 @@ class Reader : public JsonReader {
     for (size_t i = 0; i < slices.size(); ++i) {
       const std::string where = fmt::format("tasks.slices[{}]", i);
       const Json& f = slices[i];
-      if (!f.is_array() || f.size() != 11) {
+      if (!f.is_array() || (f.size() != 11 && f.size() != 12)) {
         fail(where, "expected [task, component, first_layer, layers, sequences, tokens, micro_batches, dp, tp, wave, "
-                    "[device, ...]] (11 fields{})",
+                    "[device, ...], input_gradient (optional, 1)] (11 or 12 fields{})",
              f.is_array() ? fmt::format(", not {}", f.size()) : std::string());
       }
       auto at = [&](size_t k) { return fmt::format("{}[{}]", where, k); };
@@ -289,6 +289,7 @@ class Reader : public JsonReader {
       slice.tp = static_cast<int32_t>(integer(f[8], at(8), 1, kMaxDegree));
       slice.wave = int32(f[9], at(9));
       slice.devices = device_list(f[10], at(10));
+      if (f.size() == 12) slice.input_gradient = integer(f[11], at(11), 0, 1) == 1;
       t.slices.push_back(std::move(slice));
     }
 
@@ -466,6 +467,7 @@ std::string schedule_to_json(const Schedule& s) {
     for (const TaskSlice& t : s.tasks.slices) {
       slices.push_back(Ordered::array({t.task, t.component, t.first_layer, t.layers, t.sequences, t.tokens,
                                        t.micro_batches, t.dp, t.tp, t.wave, Ordered(t.devices)}));
+      if (!t.input_gradient) slices.back().push_back(0);  // written only where it is not the default
     }
     Ordered groups = Ordered::array();
     for (const SyncGroupSpec& g : s.tasks.sync_groups) {

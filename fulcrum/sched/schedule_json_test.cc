@@ -322,6 +322,13 @@ TEST(ScheduleJson, TasksSectionRoundTrips) {
 
   const Schedule back = schedule_from_json(text, "s.json");
   EXPECT_EQ(schedule_to_json(back), text);
+  EXPECT_TRUE(back.tasks.slices[1].input_gradient);  // the default, left out
+  // A slice without an input gradient (a frozen tower nothing trained feeds) carries a twelfth field.
+  Schedule frozen = s;
+  frozen.tasks.slices[1].input_gradient = false;
+  const std::string frozen_text = schedule_to_json(frozen);
+  EXPECT_THAT(frozen_text, HasSubstr("[1,0,0,3,32,129,2,2,1,0,[2,3],0]"));
+  EXPECT_FALSE(schedule_from_json(frozen_text, "s.json").tasks.slices[1].input_gradient);
   EXPECT_FALSE(back.encoder.present());
   EXPECT_EQ(back.layout.pp, 4);
   EXPECT_TRUE(back.stages.empty());
@@ -377,7 +384,8 @@ TEST(ScheduleJson, BadTasksInputNamesThePlace) {
     std::string from, to, message;
   } cases[] = {
       {slice0, "[0,0,0,3,64,257,1,2,1,[0,1]]", "s.json: tasks.slices[0]: expected [task, component"},
-      {slice0, "[0,0,0,3,64,257,1,2,1,[0,1]]", "(11 fields, not 10)"},
+      {slice0, "[0,0,0,3,64,257,1,2,1,[0,1]]", "(11 or 12 fields, not 10)"},
+      {slice0, "[0,0,0,3,64,257,1,2,1,0,[0,1],2]", "s.json: tasks.slices[0][11]: 2 is out of range [0, 1]"},
       {slice0, "7", "s.json: tasks.slices[0]: expected [task, component"},
       {"[1,0,0,3,32,129", "[1,0,0,0,32,129", "s.json: tasks.slices[1][3]: 0 is out of range [1,"},
       {"[1,0,0,3,32,129", "[1,0,0,3,32,1099511627777", "s.json: tasks.slices[1][5]: 1099511627777 is out of range"},

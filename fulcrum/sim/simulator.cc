@@ -675,8 +675,10 @@ class Simulator {
         w.dtype = options_.dtype;
         w.pass = Pass::kForward;
         cost.forward += scaled(seconds_of(cost_.layer_cost(w)), micro);
+        // A frozen slice with nothing trained upstream has no backward: it keeps and recomputes nothing.
+        const bool backward = c.trainable || sl.input_gradient;
         // The layer's recomputation (one mode for every task that runs it) before its backward.
-        const Recompute rc = s_.recompute[flat];
+        const Recompute rc = backward ? s_.recompute[flat] : Recompute::kNone;
         if (rc != Recompute::kNone) {
           w.pass = Pass::kRecompute;
           w.recompute = rc;
@@ -686,11 +688,14 @@ class Simulator {
         }
         if (c.trainable) {
           cost.backward += scaled(seconds_of(backward_cost(cost_, w)), micro);
-        } else {
+        } else if (sl.input_gradient) {
           w.pass = Pass::kBackwardInput;  // a frozen layer still passes the gradient of its input back
           cost.backward += scaled(seconds_of(cost_.layer_cost(w)), micro);
         }
-        cost.activation_bytes += micro * activation_bytes(spec, w.batch, sharding, rc, options_.dropout, options_.dtype);
+        if (backward) {
+          cost.activation_bytes += micro * activation_bytes(spec, w.batch, sharding, rc, options_.dropout,
+                                                            options_.dtype);
+        }
         const TokenBatch whole{sl.sequences, sl.sequences * sl.tokens, sl.sequences * sl.tokens * sl.tokens};
         cost.model_flops += micro * model_flops(spec, whole, c.trainable);
         if (rc != Recompute::kNone) {
