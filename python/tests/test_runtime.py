@@ -488,3 +488,61 @@ def test_steps_that_change_what_trains_or_the_shapes_are_reduced_or_refused(mode
                                           "but 'labels' was (2,) and is now (5,)")
     assert done.stdout.count(want) == 2, done.stdout
     assert "apart" not in done.stdout and "accepted" not in done.stdout
+
+
+CLIPPED = """
+import torch, torch.distributed as dist, torch.nn as nn
+import fulcrum.runtime as fr
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+class Layer(nn.Module):
+    def __init__(self, first):
+        super().__init__()
+        self.first, self.linear = first, nn.Linear(3, 3)
+    def forward(self, state, batch):
+        return (self.linear(batch["x"] if self.first else state[0]),)
+class Chain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList(Layer(i == 0) for i in range(4))
+loss = lambda out, labels: (out ** 2).sum()
+model, reference = Chain(), Chain()
+torch.manual_seed(1)
+batches = [{"x": torch.randn(2, 3), "labels": torch.ones(2, dtype=torch.long)} for _ in range(2)]
+runtime = fr.Runtime(model, fr.RuntimePlan.generate("1f1b", 4, 2, pp=2), loss)
+runtime.step(batches, step_tokens=4)
+norm = runtime.clip_grad_norm_(0.05)
+# One process: the whole chain on both micro-batches, the same token mean, torch's own clipping.
+total = 0
+for b in batches:
+    state = ()
+    for layer in reference.layers:
+        state = layer(state, b)
+    total = total + loss(state[0], b["labels"]) / 4
+total.backward()
+want = float(torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05))
+mine = [name for name, q in model.named_parameters() if any(q is r for r in runtime.parameters())]
+got = dict(model.named_parameters())
+same = all(torch.allclose(got[n].grad, dict(reference.named_parameters())[n].grad, rtol=1e-5, atol=1e-8)
+           for n in mine)
+print(f"norm {norm:.6g} want {want:.6g} clipped {'alike' if same else 'apart'} stages {len(mine)}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_gradient_norm_is_clipped_over_every_pipeline_stage(tmp_path):
+    # Megatron-LM clips by the whole model's gradient norm; each stage clipping by its own norm would scale the
+    # stages differently and train apart from one process.
+    script = tmp_path / "clipped.py"
+    script.write_text(CLIPPED)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(script)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line for line in done.stdout.replace("norm ", "\nnorm ").split("\n") if line.startswith("norm ")]
+    assert len(lines) == 2, done.stdout
+    for line in lines:
+        fields = line.split()
+        assert float(fields[1]) == pytest.approx(float(fields[3]), rel=1e-5), line
+        assert float(fields[1]) > 0.05  # the norm was above the bound: the clipping scaled something
+        assert fields[5] == "alike" and int(fields[7]) > 0, line

@@ -324,3 +324,37 @@ def test_compare_runs_both_modes_in_one_pair_of_processes_or_each_in_its_own(tmp
     alone = compare.run_args(args, ["waves"], tmp_path / "out.json")
     assert flag(alone, "--mode") == "waves" and flag(alone, "--block") == "30"
     assert flag(alone, "--workdir") == str(tmp_path / "waves") == str(compare.run_dir(args, "waves"))
+
+
+UNUSED_PARAMETER = """
+import sys, torch, torch.distributed as dist, torch.nn as nn
+sys.path.insert(0, sys.argv[2])
+import fulcrum.runtime as fr
+from model import TinyMultitask, make_batches
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+model = TinyMultitask(seed=0)
+model.components["vision"][1].unused = nn.Parameter(torch.ones(4))  # a branch no batch takes this step
+runtime = fr.WaveRuntime(model, model.task_graph(), sys.argv[1])
+runtime.step(make_batches(model.config, 0))
+used = model.components["vision"][1].unused.grad
+print("none" if used is None else "tensor", flush=True)
+others = [q.grad is not None for q in runtime.parameters() if q is not model.components["vision"][1].unused]
+print("others have gradients" if all(others) else "others lost theirs", flush=True)
+runtime.close()
+dist.destroy_process_group()
+"""
+
+
+def test_a_synchronised_parameter_no_device_used_keeps_no_gradient(tmp_path):
+    # As in one process and under DDP: an optimizer skips a parameter without a gradient, where a zero one would
+    # still be decayed and moved by its momentum. Every layer of the sequential schedule is synchronised.
+    _, work = run_example(tmp_path, "sequential")
+    script = tmp_path / "unused.py"
+    script.write_text(UNUSED_PARAMETER)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(script), str(work / "sequential.schedule.json"), str(EXAMPLE)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("none") == 2, done.stdout
+    assert done.stdout.count("others have gradients") == 2, done.stdout

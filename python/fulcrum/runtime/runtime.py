@@ -330,6 +330,37 @@ class Runtime:
             chained.extend(self.stages[s].parameters())
         yield from dict.fromkeys(chained)
 
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> float:
+        """Scales this rank's gradients so that the whole model's gradient norm is at most ``max_norm``, as
+        ``torch.nn.utils.clip_grad_norm_`` does on one process, and returns that norm (before clipping): the same on
+        every rank. Megatron-LM clips by the norm over all pipeline stages; each stage clipping by its own norm would
+        scale the stages differently. Call it after ``step`` (the gradients are then reduced over the replicas),
+        before the optimizer's step. Each parameter counts once: an encoder stage replicated over encoder pipelines
+        counts on its first pipeline's rank."""
+        p = self.plan
+        counted = [q for s in self.stage_ids for q in self.stages[s].parameters()]
+        if self.encoder is not None and p.encoder.rank_of(0, p.encoder.stage_on(self.pipeline_rank)) == \
+                self.pipeline_rank:
+            counted.extend(self.encoder.parameters())
+        grads = [q.grad.detach() for q in dict.fromkeys(counted) if q.grad is not None]
+        norm_type = float(norm_type)
+        infinite = norm_type == float("inf")
+        if grads:
+            norms = torch.stack([torch.linalg.vector_norm(g, norm_type).to(torch.float64) for g in grads])
+            local = norms.max() if infinite else (norms ** norm_type).sum()
+        else:
+            local = torch.zeros((), dtype=torch.float64)
+        local = local.to(self.device)
+        if self._pp_group is not None:
+            dist.all_reduce(local, op=dist.ReduceOp.MAX if infinite else dist.ReduceOp.SUM, group=self._pp_group)
+        total = float(local) if infinite else float(local) ** (1.0 / norm_type)
+        scale = max_norm / (total + 1e-6)
+        if scale < 1:
+            for q in self.parameters():
+                if q.grad is not None:
+                    q.grad.detach().mul_(scale)
+        return total
+
     def modules(self) -> Mapping[int, StageModule]:
         """This rank's stages by virtual stage index."""
         return dict(self.stages)

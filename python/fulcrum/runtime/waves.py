@@ -248,6 +248,8 @@ class WaveRuntime:
             pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
             self._own_groups.append(pg)
             self.groups.append(pg if self.rank in g.devices else None)
+        self._hooked: set = set()  # ids of the parameters whose gradient hook notes their use
+        self._used: set = set()
         self.buckets = [self._bucket(i) if self.rank in g.devices else None for i, g in enumerate(p.sync_groups)]
         # Every copy of a layer starts from its first holder's state, as DDP makes its replicas: frozen weights too
         # (ranks that built or loaded them apart would otherwise compute apart; a frozen component has no sync
@@ -308,7 +310,13 @@ class WaveRuntime:
             for q in members:
                 views.append(flat[at:at + q.numel()].view_as(q))
                 at += q.numel()
-            buckets.append((flat, members, views))
+                if id(q) not in self._hooked:  # notes that backward wrote q's gradient this step
+                    self._hooked.add(id(q))
+                    q.register_post_accumulate_grad_hook(lambda q: self._used.add(id(q)))
+            # How many devices of the group gave each member a gradient this step, all-reduced beside it: a
+            # parameter no device used keeps no gradient, as in one process (an optimizer then skips it).
+            used = torch.zeros(len(members), dtype=torch.float32, device=members[0].device)
+            buckets.append((flat, members, views, used))
         return tuple(buckets)
 
     def _bind_gradients(self) -> None:
@@ -320,11 +328,12 @@ class WaveRuntime:
             if bucket is None:
                 continue
             now = {(id(q), q.dtype, q.device) for q in self._trained(g)}
-            if now != {(id(q), q.dtype, q.device) for _, members, _ in bucket for q in members}:
+            if now != {(id(q), q.dtype, q.device) for _, members, _, _ in bucket for q in members}:
                 bucket = self.buckets[g] = self._bucket(g)
-            for flat, members, views in bucket:
+            for flat, members, views, _ in bucket:
                 for q, v in zip(members, views):
                     if q.grad is None:
+                        self._gradless.add(id(q))
                         v.zero_()
                     elif q.grad.data_ptr() != v.data_ptr():
                         v.copy_(q.grad)
@@ -443,6 +452,8 @@ class WaveRuntime:
         self.reducing: list = []  # the all-reduce of each sync group's buckets in flight
         self.task_loss = [0.0] * len(self.tasks)
         self._earlier: list = []  # (bucket, what it held before this step)
+        self._used: set = set()  # ids of the bucketed parameters backward gave a gradient this step
+        self._gradless: set = set()  # ids of the bucketed parameters that held no gradient before it
         self._bind_gradients()
         try:
             self.timeline.begin_step()
@@ -483,6 +494,11 @@ class WaveRuntime:
         for flat, earlier in self._earlier:
             flat.add_(earlier)
         self._earlier = []
+        for bucket in self.buckets:
+            for _, members, _, used in bucket or ():
+                for q, count in zip(members, used.tolist()):
+                    if count == 0 and id(q) in self._gradless:
+                        q.grad = None  # no device used it, and it held none before the step
         if self.saved or self.inbox or self.outbox or self.grads:
             raise RuntimeError("the schedule left work undone: " +
                                ", ".join(map(str, [*self.saved, *self.inbox, *self.outbox, *self.grads])))
@@ -609,5 +625,7 @@ class WaveRuntime:
     def _all_reduce_group(self, g: int) -> None:
         """Starts the group's all-reduce: it runs while the later backward waves compute, as the simulator and
         DeepSpeed overlap it; the step waits for it at its end."""
-        for flat, _, _ in self.buckets[g]:
+        for flat, members, _, used in self.buckets[g]:
+            used.copy_(torch.tensor([float(id(q) in self._used) for q in members]))
             self.reducing.append(dist.all_reduce(flat, group=self.groups[g], async_op=True))
+            self.reducing.append(dist.all_reduce(used, group=self.groups[g], async_op=True))
