@@ -160,6 +160,10 @@ ScalabilityCurve metaop_curve(const MetaOp& op, const ComponentSpec& component, 
     if (op.sequences % dp != 0) continue;
     for (int tp = dp > 1 ? floor_tp : 1; tp <= per_node && dp * tp <= max_devices; ++tp) {
       if (!splits_heads(tp)) continue;
+      // Wider than a node, a slice starts on a node's first device: only a degree dividing the node keeps every
+      // tensor-parallel group inside one, where its collectives are priced (across nodes they would run at a
+      // GPU's share of the network, tens of times slower).
+      if (dp * tp > per_node && per_node % tp != 0) continue;
       const double sync = sync_on(dp, tp);
       const CurvePoint p{dp * tp, compute_on(dp, tp) + sync, dp, tp, sync};
       auto [it, added] = fastest.emplace(p.devices, p);

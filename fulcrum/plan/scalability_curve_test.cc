@@ -113,5 +113,28 @@ TEST_F(CurveFloor, LayersWithoutHeadsIgnoreTheFloor) {
   }
 }
 
+// Thirty heads split 3, 5 or 6 ways: a slice wider than a node (it starts on a node's first device) keeps its
+// tensor-parallel groups inside nodes only with a degree dividing the node, so 2 × 5 = 10 devices, whose second
+// group would span devices 5–9 across two nodes, has no point, and every count past a node has such a degree.
+TEST_F(CurveFloor, SlicesWiderThanANodeSplitByDegreesDividingIt) {
+  ComponentSpec tower;
+  tower.name = "tower";
+  LayerSpec block;
+  block.hidden = 3840;
+  block.ffn = 15360;
+  block.heads = block.kv_heads = 30;
+  block.head_dim = 128;
+  tower.layers = {block};
+  const MetaOp op = metaop_of(tower, 0, 8);
+  const std::vector<CurvePoint> points = every_point(curve(op, tower, 1), 16);
+  bool odd_degree = false;
+  for (const CurvePoint& p : points) {
+    odd_degree |= p.tp % 2 == 1 && p.tp > 1;
+    if (p.devices > 8) EXPECT_EQ(8 % p.tp, 0) << p.devices << " devices at TP " << p.tp;
+  }
+  EXPECT_TRUE(odd_degree) << "inside a node, degrees not dividing it stay";
+  EXPECT_EQ(curve(op, tower, 1).measured_at(10), nullptr);
+}
+
 }  // namespace
 }  // namespace fulcrum
