@@ -369,11 +369,22 @@ class CsvReader {
       csv_parser* p;
       ~Guard() { csv_free(p); }
     } guard{&parser};
-    if (csv_parse(&parser, text.data(), text.size(), &CsvReader::on_field, &CsvReader::on_row, this) != text.size() ||
-        csv_fini(&parser, &CsvReader::on_field, &CsvReader::on_row, this) != 0) {
-      throw InputError(fmt::format("{}: line {}: malformed CSV ({})", file_, row_ + 1,
-                                   csv_strerror(csv_error(&parser))));
+    // Fed a line at a time, so a row is named by the line it ends on: libcsv skips blank lines and lets a quoted
+    // field run over several, so its row count is not the line.
+    auto malformed = [&] {
+      return InputError(fmt::format("{}: line {}: malformed CSV ({})", file_, std::max<uint64_t>(line_, 1),
+                                    csv_strerror(csv_error(&parser))));
+    };
+    for (size_t at = 0; at < text.size();) {
+      const size_t newline = text.find('\n', at);
+      const size_t end = newline == std::string_view::npos ? text.size() : newline + 1;
+      ++line_;
+      if (csv_parse(&parser, text.data() + at, end - at, &CsvReader::on_field, &CsvReader::on_row, this) != end - at) {
+        throw malformed();
+      }
+      at = end;
     }
+    if (csv_fini(&parser, &CsvReader::on_field, &CsvReader::on_row, this) != 0) throw malformed();
     if (!header_done_) throw InputError(fmt::format("{}: empty CSV file (no header row)", file_));
   }
 
@@ -387,7 +398,6 @@ class CsvReader {
   static void on_row(int, void* self) { static_cast<CsvReader*>(self)->end_row(); }
 
   void end_row() {
-    ++row_;
     std::vector<std::optional<std::string>> fields = std::move(fields_);
     fields_.clear();
     if (!header_done_) {
@@ -398,14 +408,14 @@ class CsvReader {
                               : n == "task" ? kTask : kOther;
         // A field named twice would be read from its last column, the first silently dropped.
         if (column != kOther && std::find(columns_.begin(), columns_.end(), column) != columns_.end()) {
-          sink_.fail("line 1", fmt::format("names column '{}' twice", n));
+          sink_.fail(fmt::format("line {}", line_), fmt::format("names column '{}' twice", n));
         }
         columns_.push_back(column);
       }
       header_done_ = true;
       return;
     }
-    const std::string where = fmt::format("line {}", row_);
+    const std::string where = fmt::format("line {}", line_);
     if (fields.size() != columns_.size()) {
       sink_.fail(where, fmt::format("has {} fields, the header has {}", fields.size(), columns_.size()));
     }
@@ -438,7 +448,7 @@ class CsvReader {
   bool header_done_ = false;
   std::vector<Column> columns_;
   std::vector<std::optional<std::string>> fields_;
-  uint64_t row_ = 0;
+  uint64_t line_ = 0;  // the line being read
 };
 
 bool ends_with(std::string_view s, std::string_view suffix) {
