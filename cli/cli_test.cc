@@ -428,6 +428,34 @@ TEST_F(Cli, IsfBatchesPatchTokenDataWithTheSearchOrGivenCaps) {
 
 // An output named by a symbolic link replaces the file the link names and keeps the link; an empty value is refused,
 // not taken for the option left out; output that cannot reach stdout fails the run.
+// Standard output that cannot be written fails the run, which then leaves none of its files: they are renamed
+// into place only once the run's standard output is out, and no staged file is left beside them.
+TEST_F(Cli, AStandardOutputThatCannotBeWrittenLeavesNoFiles) {
+  const std::string data = write("lengths.json", R"([{"vit_num": 1, "token_num": 30}, {"vit_num": 2, "token_num": 40}])");
+  for (const std::string& outputs : {std::string("batch --data {data} --dp 1 --out {dir}/plan.json"),
+                                     std::string("simulate --model gpt-11b --cluster h100:8 --gbs 8 --tp 8 "
+                                                 "--save-schedule {dir}/s.json --trace {dir}/t.json")}) {
+    std::string args = outputs;
+    for (auto [key, value] : {std::pair<std::string, std::string>{"{data}", data}, {"{dir}", dir_.string()}}) {
+      for (size_t at; (at = args.find(key)) != std::string::npos;) args.replace(at, key.size(), value);
+    }
+    const fs::path err = dir_ / "stderr";
+    const std::string command = fmt::format("cd '{}' && '{}' {} > /dev/full 2> '{}' < /dev/null", FULCRUM_SOURCE_DIR,
+                                            FULCRUM_BINARY, args, err.string());
+    const int raw = std::system(command.c_str());
+    ASSERT_TRUE(WIFEXITED(raw));
+    EXPECT_EQ(WEXITSTATUS(raw), 2) << args;
+    EXPECT_EQ(slurp(err), "fulcrum: error: standard output: cannot write\n") << args;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      const std::string name = entry.path().filename().string();
+      EXPECT_TRUE(name == "lengths.json" || name == "stderr") << args << ": left " << name;
+    }
+    ASSERT_EQ(run(args).status, 0) << args;  // the same run to a file writes them
+    EXPECT_TRUE(fs::exists(dir_ / (outputs.find("plan.json") != std::string::npos ? "plan.json" : "s.json")));
+    for (const char* name : {"plan.json", "s.json", "t.json", "stdout"}) fs::remove(dir_ / name);
+  }
+}
+
 TEST_F(Cli, OutputsGoThroughLinksAndEmptyValuesAreRefused) {
   const std::string data = write("d.json", R"([{"vit_num": 1, "token_num": 300}, {"vit_num": 0, "token_num": 20}])");
   fs::create_directories(dir_ / "plans");

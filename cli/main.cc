@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/error_line.h"
+#include "cli/output_file.h"
 #include "cli/warnings.h"
 #include "fulcrum/core/error.h"
 
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  fulcrum::defer_output_renames();  // files go into place once standard output is written
   try {
     if (app.got_subcommand("stats")) run_stats();
     if (app.got_subcommand("batch")) run_batch();
@@ -66,14 +68,18 @@ int main(int argc, char** argv) {
     fulcrum::flush_warnings();
     std::cout.flush();
     if (!std::cout) throw fulcrum::InputError("standard output: cannot write");
+    fulcrum::commit_outputs();
   } catch (const fulcrum::InputError& e) {
+    fulcrum::discard_outputs();
     std::cerr << fmt::format("fulcrum: error: {}\n", fulcrum::one_line(e.what()));
     return 2;
   } catch (const fulcrum::InternalError& e) {
+    fulcrum::discard_outputs();
     std::cerr << fmt::format("fulcrum: internal error: {} (the inputs passed their checks: a fault in fulcrum)\n",
                              fulcrum::one_line(e.what()));
     return 3;
   } catch (const std::bad_alloc&) {
+    fulcrum::discard_outputs();
     std::cerr << "fulcrum: error: out of memory\n";
     return 1;
   }

@@ -104,7 +104,42 @@ void write_in_place(const std::string& path, std::string_view content) {
   }
 }
 
+// Renames held back until the run's standard output is written (defer_output_renames): staged file → target, with
+// the path the run was given, which errors name.
+struct HeldRename {
+  std::string staged, target, path;
+};
+struct HeldRenames {
+  bool defer = false;
+  std::vector<HeldRename> renames;
+};
+HeldRenames& held_renames() {
+  static HeldRenames held;
+  return held;
+}
+
 }  // namespace
+
+void defer_output_renames() { held_renames().defer = true; }
+
+void commit_outputs() {
+  HeldRenames& held = held_renames();
+  std::vector<HeldRename> renames = std::move(held.renames);
+  held.renames.clear();
+  for (size_t i = 0; i < renames.size(); ++i) {
+    if (std::rename(renames[i].staged.c_str(), renames[i].target.c_str()) != 0) {
+      const int error = errno;
+      for (size_t j = i; j < renames.size(); ++j) ::unlink(renames[j].staged.c_str());
+      throw InputError(fmt::format("{}: cannot write ({})", renames[i].path, std::strerror(error)));
+    }
+  }
+}
+
+void discard_outputs() {
+  HeldRenames& held = held_renames();
+  for (const HeldRename& r : held.renames) ::unlink(r.staged.c_str());
+  held.renames.clear();
+}
 
 void write_file_atomically(const std::string& path, std::string_view content) {
   OutputFiles one;
@@ -167,6 +202,13 @@ void OutputFiles::write() {
   } catch (...) {
     unstage();
     throw;
+  }
+  if (held_renames().defer) {  // renamed once the run's standard output is written
+    for (size_t i = 0; i < files_.size(); ++i) {
+      if (!in_place[i]) held_renames().renames.push_back({staged[i], targets[i], files_[i].first});
+    }
+    files_.clear();
+    return;
   }
   for (size_t i = 0; i < files_.size(); ++i) {
     if (in_place[i]) continue;

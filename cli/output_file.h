@@ -13,6 +13,14 @@ namespace fulcrum {
 // partial output file. Throws InputError naming `path` when it cannot be written.
 void write_file_atomically(const std::string& path, std::string_view content);
 
+// A command's output files and its standard output go out together: after defer_output_renames(), each file is
+// staged beside its path when written, and renamed into place by commit_outputs() once the run's standard output
+// is written, or removed by discard_outputs() when the run fails after staging it (standard output that cannot be
+// written, an error after the files). commit_outputs() throws InputError naming the first it cannot rename.
+void defer_output_renames();
+void commit_outputs();
+void discard_outputs();
+
 // Several outputs of one run, written all or none: each is staged in a temporary file beside its path, and only
 // when every one is staged are they renamed into place. write() throws InputError naming the first path that
 // cannot be written (a missing folder, a directory in its place, a path given twice, a file the run read as input),
