@@ -55,6 +55,10 @@ struct BatchOptions {
   bool json = false;
   bool compare = false;
   bool quiet = false;
+  // Options given on the command line, which a run that would ignore them refuses.
+  const CLI::Option* cluster_option = nullptr;
+  const CLI::Option* algo_option = nullptr;
+  std::vector<const CLI::Option*> isf_options;  // --text-full, --vit-full, --passes, --search
 };
 
 // One batcher's run: the plan's summary as the --json object.
@@ -199,7 +203,21 @@ void run_batch(BatchOptions& o) {
   const auto start = Clock::now();
   if (o.oversize == "own-group") o.params.oversize = OversizePolicy::kOwnGroup;
   if (o.params.dp < 1) throw InputError(fmt::format("--dp must be at least 1, got {}", o.params.dp));
+  if (o.compare && o.algo_option && o.algo_option->count() > 0) {
+    throw InputError("--algo picks one batcher; --compare runs every one");
+  }
   if (!o.compare) make_batcher(o.algo);  // reject an unknown name before loading anything
+  if (o.model.empty() && o.cluster_option && o.cluster_option->count() > 0) {
+    throw InputError("--cluster sets the devices of --model's cost: give --model");
+  }
+  if (!o.compare && o.algo != "isf") {
+    for (const CLI::Option* option : o.isf_options) {
+      if (option->count() > 0) {
+        throw InputError(fmt::format("{} applies to --algo isf (and its --compare rows), not --algo {}",
+                                     option->get_name(), o.algo));
+      }
+    }
+  }
   if (!o.model.empty() && !o.cost_file.empty()) throw InputError("--model and --cost both set the cost: give one");
   const FlopsCoefficients coefficients = o.cost_file.empty() ? FlopsCoefficients{} : read_flops_coefficients(o.cost_file);
   if (o.model.empty() && (!o.profile.empty() || !o.dtype.empty())) {
@@ -312,7 +330,8 @@ std::function<void()> add_batch_command(CLI::App& app) {
   cmd->add_option("--root", o->root, "Second folder to resolve a meta index's paths against")->capture_default_str();
   cmd->add_flag("--strict", o->strict, "A missing meta index entry is an error");
   cmd->add_option("--dp", p.dp, "Data-parallel ranks")->required();
-  cmd->add_option("--algo", o->algo, "random | random-packed | length-grouped | isf | fulcrum")->capture_default_str();
+  o->algo_option =
+      cmd->add_option("--algo", o->algo, "random | random-packed | length-grouped | isf | fulcrum")->capture_default_str();
   cmd->add_option("--samples-per-step", p.samples_per_step,
                   "Samples per optimizer step over all ranks (default 4 per micro-batch)")
       ->check(at_least(1));  // 0 stands for the default: given, it would be taken for it
@@ -322,17 +341,18 @@ std::function<void()> add_batch_command(CLI::App& app) {
       ->check(at_least(1));
   cmd->add_option("--token-cap", p.token_cap, "Tokens per micro-batch at most (isf: Q_t, default 4096)")
       ->check(at_least(1));
-  cmd->add_option("--text-full", p.text_full, "isf: tokens that make a group full (Q'_t, default token cap - 128)")
-      ->check(at_least(1));
-  cmd->add_option("--vit-full", p.vision_full, "isf: vision units that make a group full (Q'_v, default vit cap)")
-      ->check(at_least(1));
-  cmd->add_option("--passes", p.passes, "isf: sampling passes (T)")->capture_default_str();
-  cmd->add_flag("--search", p.search, "isf: choose the caps by OmniBal's parameter search");
+  o->isf_options = {
+      cmd->add_option("--text-full", p.text_full, "isf: tokens that make a group full (Q'_t, default token cap - 128)")
+          ->check(at_least(1)),
+      cmd->add_option("--vit-full", p.vision_full, "isf: vision units that make a group full (Q'_v, default vit cap)")
+          ->check(at_least(1)),
+      cmd->add_option("--passes", p.passes, "isf: sampling passes (T)")->capture_default_str(),
+      cmd->add_flag("--search", p.search, "isf: choose the caps by OmniBal's parameter search")};
   cmd->add_option("--cost", o->cost_file, "JSON file of cost coefficients overriding the InternVL-Chat-1.5 defaults");
   cmd->add_option("--model", o->model,
                   "balance with this model's cost (a preset or a config.json, as for `fulcrum model`)");
-  cmd->add_option("--cluster", o->cluster,
-                  "the devices for --model's cost, e.g. h100, or a cluster JSON file (default a100)");
+  o->cluster_option = cmd->add_option("--cluster", o->cluster,
+                                      "the devices for --model's cost, e.g. h100, or a cluster JSON file (default a100)");
   cmd->add_option("--profile", o->profile, "--model's cost: a profile table JSON of measured layer times");
   cmd->add_option("--dtype", o->dtype, "--model's cost: the number format, bf16 | fp16 | fp8 | fp32 (default bf16)")
       ->check(CLI::IsMember({"bf16", "fp16", "fp8", "fp32"}));

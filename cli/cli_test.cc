@@ -97,6 +97,13 @@ TEST_F(Cli, BadInputTable) {
       {"cap_below_sample_fulcrum", ok, "batch --data {file} --dp 1 --token-cap 500 --out {out}",
        "sample 0 (5 tiles, 811 tokens) exceeds"},
       {"unknown_algo", ok, "batch --data {file} --dp 2 --algo best --out {out}", "unknown batcher 'best'"},
+      // Options the run would ignore.
+      {"cluster_without_model", ok, "batch --data {file} --dp 2 --cluster h100 --out {out}",
+       "--cluster sets the devices of --model's cost: give --model"},
+      {"isf_option_under_fulcrum", ok, "batch --data {file} --dp 2 --algo fulcrum --search --out {out}",
+       "--search applies to --algo isf (and its --compare rows), not --algo fulcrum"},
+      {"algo_with_compare", ok, "batch --data {file} --dp 2 --compare --algo bogus",
+       "--algo picks one batcher; --compare runs every one"},
       {"csv_row", "vit_num,token_num\n1,20\n1,x\n", "batch --data {file} --dp 2 --out {out}", "line 3"},
       {"bad_cost", ok, "batch --data {file} --dp 2 --cost {file} --out {out}", "expected a JSON object of coefficients"},
       {"unreadable", "", "batch --data {file} --dp 2 --out {out}", "cannot read"},
@@ -316,7 +323,8 @@ TEST_F(Cli, BadInputTable) {
     if (std::string(c.args).find("{file}") != std::string::npos && std::string(c.name) != "unknown_option" &&
         std::string(c.name) != "dp_zero" && std::string(c.name) != "model_and_cost" &&
         std::string(c.name) != "unknown_cluster" && std::string(c.name) != "profile_without_model" &&
-        std::string(c.name) != "unknown_algo" &&
+        std::string(c.name) != "unknown_algo" && std::string(c.name) != "cluster_without_model" &&
+        std::string(c.name) != "isf_option_under_fulcrum" && std::string(c.name) != "algo_with_compare" &&
         std::string(c.name) != "batch_dp_huge" && std::string(c.name) != "samples_per_step_zero" &&
         std::string(c.name) != "simulate_caps_random" && std::string(c.name) != "simulate_unknown_batcher") {
       EXPECT_NE(r.err.find(fs::path(file).filename().string()), std::string::npos) << c.name << ": " << r.err;
