@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 import fulcrum.runtime as fr  # noqa: E402
 from fulcrum.runtime.runtime import _program_order, _torch_pipeline_order  # noqa: E402
 
-WORKER = REPO / "python" / "tests" / "runtime_worker.py"
+TESTS = REPO / "python" / "tests"
+WORKER = TESTS / "runtime_worker.py"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", GLOO_SOCKET_IFNAME="lo")
 
 
@@ -388,21 +389,7 @@ def test_a_step_that_fails_leaves_the_gradients_as_they_were(tmp_path):
     # One process, PP 1 × 2 chunks (the executor): the loss of the second micro-batch raises after the first
     # micro-batch's backward has written gradients. Parameters that held none hold none again; one that held a
     # gradient from an earlier call holds exactly it.
-    import torch.nn as nn
-
-    class Layer(nn.Module):
-        def __init__(self, first):
-            super().__init__()
-            self.first, self.linear = first, nn.Linear(3, 3)
-
-        def forward(self, state, batch):
-            return (self.linear(batch["x"] if self.first else state[0]),)
-
-    class Chain(nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.layers = nn.ModuleList(Layer(i == 0) for i in range(4))
+    from chain_model import Chain
 
     calls = []
 
@@ -429,22 +416,13 @@ def test_a_step_that_fails_leaves_the_gradients_as_they_were(tmp_path):
 
 
 CHANGING_STEPS = """
-import sys, torch, torch.distributed as dist, torch.nn as nn
+import sys, torch, torch.distributed as dist
 import fulcrum.runtime as fr
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-class Layer(nn.Module):
-    def __init__(self, first):
-        super().__init__()
-        self.first, self.linear = first, nn.Linear(3, 3)
-    def forward(self, state, batch):
-        return (self.linear(batch["x"] if self.first else state[0]),)
-class Chain(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.layers = nn.ModuleList(Layer(i == 0) for i in range(4))
+sys.path.insert(0, sys.argv[-1])  # the tests' folder
+from chain_model import Chain
 loss = lambda out, labels: out.sum()
 torch.manual_seed(rank + 1)
 mb = lambda n: {"x": torch.randn(n, 3), "labels": torch.ones(n, dtype=torch.long)}
@@ -481,7 +459,8 @@ def test_steps_that_change_what_trains_or_the_shapes_are_reduced_or_refused(mode
     script = tmp_path / "changing_steps.py"
     script.write_text(CHANGING_STEPS)
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(script), mode], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+                           str(script), mode, str(TESTS)], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # The two ranks' lines may interleave: each rank's answer is counted.
     want = "equal" if mode == "ddp" else ("refused: engine 'torch' fixed the micro-batches' shapes at its first step, "
@@ -491,21 +470,12 @@ def test_steps_that_change_what_trains_or_the_shapes_are_reduced_or_refused(mode
 
 
 CLIPPED = """
-import torch, torch.distributed as dist, torch.nn as nn
+import sys, torch, torch.distributed as dist
 import fulcrum.runtime as fr
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
-class Layer(nn.Module):
-    def __init__(self, first):
-        super().__init__()
-        self.first, self.linear = first, nn.Linear(3, 3)
-    def forward(self, state, batch):
-        return (self.linear(batch["x"] if self.first else state[0]),)
-class Chain(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.layers = nn.ModuleList(Layer(i == 0) for i in range(4))
+sys.path.insert(0, sys.argv[-1])  # the tests' folder
+from chain_model import Chain
 loss = lambda out, labels: (out ** 2).sum()
 model, reference = Chain(), Chain()
 torch.manual_seed(1)
@@ -537,7 +507,7 @@ def test_the_gradient_norm_is_clipped_over_every_pipeline_stage(tmp_path):
     script = tmp_path / "clipped.py"
     script.write_text(CLIPPED)
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(script)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+                           str(script), str(TESTS)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = [line for line in done.stdout.replace("norm ", "\nnorm ").split("\n") if line.startswith("norm ")]
     assert len(lines) == 2, done.stdout
