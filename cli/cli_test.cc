@@ -844,6 +844,11 @@ TEST_F(Cli, SimulateBadInputTable) {
       {"--model gpt-11b --cluster h100:8 --gbs 8 --load-schedule " + saved + " --tp 8 --zero 3",
        "saved.json: the loaded schedule sets the layout, schedule and recomputation; leave out --tp, --zero"},
       {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --pp 4 --dp 4", "DP 4 × TP 8 × PP 4 = 128 devices"},
+      // Options the run would ignore: the batcher's without --data, the synthetic samples' shape with it.
+      {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --batcher isf --seed 3",
+       "--batcher, --seed choose --data's batches: give --data"},
+      {"--model internvl-chat-1.5 --cluster a100:8 --gbs 8 --data data/vision/ai2d_train_12k_wh_token_lengths.json "
+       "--seq 99999 --images-per-sample 7", "--seq, --images-per-sample shape the samples without --data"},
       // The value that stands for the option left out, given: refused, not taken as unset.
       {"--model gpt-11b --cluster h100:64 --gbs 64 --tp 8 --dp 0", "--dp"},
       {"--model internvl-chat-1.5 --cluster a100:8 --gbs 8 --encoder-tp 0", "--encoder-tp"},

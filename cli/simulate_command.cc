@@ -58,6 +58,8 @@ struct SimulateOptions {
   int64_t seq = 2048;
   int64_t images_per_sample = -1;  // -1: one per sample when the model has an encoder
   std::vector<std::string> layout_options;  // given on the command line, which a loaded schedule sets instead
+  std::vector<std::string> data_options;       // given: they choose --data's batches, so need it
+  std::vector<std::string> synthetic_options;  // given: they shape the samples without --data, so refuse it
   int64_t image_tokens = 0;        // 0: the encoder's own tokens per item
   std::string placement = "first-stage";
   std::string data;
@@ -259,6 +261,13 @@ void run_simulate(const SimulateOptions& o) {
       profile ? profile_entries_applied(*profile, model, layout, schedule.recompute, dtype) : 0;
 
   std::vector<MicroBatchLoads> steps;
+  if (o.data.empty() && !o.data_options.empty()) {  // they would be ignored without a word
+    throw InputError(fmt::format("{} choose --data's batches: give --data", fmt::join(o.data_options, ", ")));
+  }
+  if (!o.data.empty() && !o.synthetic_options.empty()) {
+    throw InputError(fmt::format("{} shape the samples without --data; --data's samples have their own",
+                                 fmt::join(o.synthetic_options, ", ")));
+  }
   if (o.data.empty()) {
     if (o.steps != 1 || o.step != 0) throw InputError("--step and --steps choose steps of --data's plan");
     if (o.vision_cap > 0 || o.token_cap > 0) throw InputError("--vit-cap and --token-cap cap --data's micro-batches");
@@ -426,6 +435,12 @@ std::function<void()> add_simulate_command(CLI::App& app) {
     for (const char* name : {"--dp", "--tp", "--pp", "--vpp", "--encoder-tp", "--schedule", "--recompute", "--zero",
                              "--distributed-optimizer", "--sp", "--encoder-placement"}) {
       if (cmd->count(name) > 0) o->layout_options.push_back(name);
+    }
+    for (const char* name : {"--root", "--batcher", "--seed"}) {
+      if (cmd->count(name) > 0) o->data_options.push_back(name);
+    }
+    for (const char* name : {"--seq", "--images-per-sample"}) {
+      if (cmd->count(name) > 0) o->synthetic_options.push_back(name);
     }
     run_simulate(*o);
   };
