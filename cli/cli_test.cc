@@ -1399,6 +1399,43 @@ TEST_F(Cli, MultitaskRefusesASavedScheduleRunningALayerBeforeItsInput) {
                        "input, layer 0 of 'vision' in slice 2 (wave 2)"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_TRUE(r.out.empty());
+
+  // A slice that says it has no backward though it trains: its backward would be left out of the timing.
+  auto frozen = nlohmann::json::parse(slurp(file));
+  frozen["tasks"]["slices"][1].push_back(0);
+  std::ofstream(dir_ / "no_backward.json") << frozen.dump();
+  const Result no_backward = run(args + " --load-schedule " + (dir_ / "no_backward.json").string());
+  EXPECT_EQ(no_backward.status, 2);
+  EXPECT_NE(no_backward.err.find("no_backward.json: slice 1 says its backward does not pass back its input's "
+                                 "gradient"), std::string::npos) << no_backward.err;
+
+  // In one wave on the same devices, the order is the programs': a task-greedy wave runs a task's chain there,
+  // and programs that run the tower's blocks before its patch embedding run a layer before its input.
+  const std::string greedy = (dir_ / "greedy.json").string();
+  ASSERT_EQ(run("multitask --tasks multitask-clip-4 --cluster a800:8 --schedule-of task-greedy --save-schedule " +
+                greedy).status, 0);
+  auto reordered = nlohmann::json::parse(slurp(greedy));
+  ASSERT_EQ(reordered["tasks"]["slices"][0][9], reordered["tasks"]["slices"][1][9]);  // one wave
+  int swapped = 0;
+  for (auto& program : reordered["programs"]) {
+    for (const char* op : {"F", "B"}) {
+      auto first = program.end(), second = program.end();
+      for (auto it = program.begin(); it != program.end(); ++it) {
+        if ((*it)[0] == op && (*it)[1] == 0) first = it;
+        if ((*it)[0] == op && (*it)[1] == 1) second = it;
+      }
+      if (first != program.end() && second != program.end()) {
+        std::iter_swap(first, second);
+        ++swapped;
+      }
+    }
+  }
+  ASSERT_GT(swapped, 0);
+  std::ofstream(dir_ / "reordered.json") << reordered.dump();
+  const Result out_of_order =
+      run("multitask --tasks multitask-clip-4 --cluster a800:8 --load-schedule " + (dir_ / "reordered.json").string());
+  EXPECT_EQ(out_of_order.status, 2) << out_of_order.out;
+  EXPECT_NE(out_of_order.err.find("before its input"), std::string::npos) << out_of_order.err;
 }
 
 // A saved schedule simulated again gives the iteration the plan reported for it, and moves with the costs it is

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <new>
@@ -16,6 +17,9 @@
 #include "fulcrum/core/error.h"
 
 int main(int argc, char** argv) {
+  // A reader that closed standard output makes the write fail (the run's error path: status 2, its files not put
+  // in place) instead of killing the process between staging its files and renaming them.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"fulcrum: balanced data, plans and schedules for multimodal training", "fulcrum"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "fulcrum 0.1.0");
@@ -82,6 +86,9 @@ int main(int argc, char** argv) {
     fulcrum::discard_outputs();
     std::cerr << "fulcrum: error: out of memory\n";
     return 1;
+  } catch (...) {  // a fault: no staged file is left behind it
+    fulcrum::discard_outputs();
+    throw;
   }
   return 0;
 }

@@ -180,17 +180,45 @@ void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, co
   auto key_of = [](const MetaOp& op, int64_t l) {
     return Key{op.task, op.component, l, op.sequences * op.micro_batches, op.tokens};
   };
+  // Where each slice's first forward stands in its first device's program: the order its devices run it in.
+  std::vector<int64_t> forward_at(slices.size(), -1);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const std::vector<Instruction>& program = schedule.programs.at(static_cast<size_t>(slices[i].devices.front())).instructions;
+    for (size_t k = 0; k < program.size(); ++k) {
+      if (program[k].op == OpKind::kForward && program[k].stage == static_cast<int32_t>(i)) {
+        forward_at[i] = static_cast<int64_t>(k);
+        break;
+      }
+    }
+  }
   auto check_after = [&](const Key& from, const Key& to) {
     if (runs[from] != 1 || runs[to] != 1) return;
     const int a = slice_of.at(from), b = slice_of.at(to);
     if (a == b) return;
     const TaskSlice &x = slices[a], &y = slices[b];
-    if (x.wave < y.wave || (x.wave == y.wave && a < b && x.devices == y.devices)) return;
+    if (x.wave < y.wave || (x.wave == y.wave && x.devices == y.devices && forward_at[a] < forward_at[b])) return;
     throw InputError(fmt::format("{}: slice {} runs layer {} of '{}' for task '{}' in wave {}, before its input, layer "
                                  "{} of '{}' in slice {} (wave {})", file, b, std::get<2>(to),
                                  graph.model.components[std::get<1>(to)].name, graph.tasks[std::get<0>(to)].name,
                                  y.wave, std::get<2>(from), graph.model.components[std::get<1>(from)].name, a, x.wave));
   };
+  // A slice's input gradient as its task graph has it: a stale or edited one would drop or add backward work.
+  std::map<Key, bool> input_gradient;
+  for (const MetaOp& op : g.ops) {
+    for (int64_t l = op.first_layer; l < int64_t{op.first_layer} + op.layers; ++l) {
+      input_gradient[key_of(op, l)] = op.input_gradient || graph.model.components[op.component].trainable;
+    }
+  }
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const TaskSlice& sl = slices[i];
+    const Key key{sl.task, sl.component, sl.first_layer, sl.sequences * sl.micro_batches, sl.tokens};
+    if (runs[key] == 1 && input_gradient.at(key) != sl.input_gradient) {
+      throw InputError(fmt::format("{}: slice {} says its backward {} its input's gradient, but in '{}' {}", file, i,
+                                   sl.input_gradient ? "passes back" : "does not pass back", graph.name,
+                                   sl.input_gradient ? "no trained node feeds it and it trains nothing"
+                                                     : "it trains or a trained node feeds it"));
+    }
+  }
   for (const MetaOp& op : g.ops) {
     for (int input : op.inputs) {
       const MetaOp& in = g.ops[input];

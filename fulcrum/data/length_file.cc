@@ -11,6 +11,7 @@
 #include <charconv>
 #include <filesystem>
 #include <limits>
+#include <unordered_set>
 #include <vector>
 
 #include "fulcrum/core/error.h"
@@ -171,7 +172,7 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
   // The keys read so far, to refuse one given twice (its second value would silently win): records hold a few
   // keys, so a scan of a fixed array, and a vector only past it. The views live in the document's string buffer.
   std::array<std::string_view, 8> first_keys;
-  std::vector<std::string_view> more_keys;
+  std::unordered_set<std::string_view> more_keys;  // past them: a record of many keys stays linear
   size_t keys = 0;
   for (auto field_result : object) {
     od::field field;
@@ -179,14 +180,13 @@ void read_json_record(od::object object, RecordSink& sink, std::string_view wher
     std::string_view key;
     if (auto error = field.unescaped_key().get(key)) refuse(error);
     const auto first_end = first_keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys, first_keys.size()));
-    if (std::find(first_keys.begin(), first_end, key) != first_end ||
-        std::find(more_keys.begin(), more_keys.end(), key) != more_keys.end()) {
+    if (std::find(first_keys.begin(), first_end, key) != first_end || more_keys.count(key) > 0) {
       sink.fail(where, fmt::format("field {} appears twice", key));
     }
     if (keys < first_keys.size()) {
       first_keys[keys] = key;
     } else {
-      more_keys.push_back(key);
+      more_keys.insert(key);
     }
     ++keys;
     std::optional<int64_t>* slot = nullptr;
@@ -376,8 +376,10 @@ class CsvReader {
                                     csv_strerror(csv_error(&parser))));
     };
     for (size_t at = 0; at < text.size();) {
-      const size_t newline = text.find('\n', at);
-      const size_t end = newline == std::string_view::npos ? text.size() : newline + 1;
+      // A line ends at \n, \r\n or a lone \r, as libcsv ends rows.
+      const size_t newline = text.find_first_of("\r\n", at);
+      size_t end = newline == std::string_view::npos ? text.size() : newline + 1;
+      if (newline != std::string_view::npos && text[newline] == '\r' && end < text.size() && text[end] == '\n') ++end;
       ++line_;
       if (csv_parse(&parser, text.data() + at, end - at, &CsvReader::on_field, &CsvReader::on_row, this) != end - at) {
         throw malformed();

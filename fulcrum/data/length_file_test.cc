@@ -221,6 +221,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Lines, not rows: libcsv skips blank lines and lets a quoted field run over two.
         BadInput{"csv_after_blank_lines", LengthFormat::kCsv, "vit_num,token_num\n1,20\n\n\n1,2x\n",
                  "line 5: token_num must be an integer, got '2x'"},
+        BadInput{"csv_lone_cr_lines", LengthFormat::kCsv, "vit_num,token_num\r1,20\r1,30\r1,2x\r",
+                 "line 4: token_num must be an integer"},
         BadInput{"csv_after_a_quoted_newline", LengthFormat::kCsv,
                  "vit_num,token_num,task\n1,20,\"two\nlines\"\n1,2x,t\n", "line 4: token_num must be an integer"},
         BadInput{"csv_negative", LengthFormat::kCsv, "vit_num,token_num\n-1,20\n", "vit_num must be >= 0"},

@@ -83,7 +83,7 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
       sl.tp = p.tp;
       sl.wave = static_cast<int32_t>(w);
       sl.devices.assign(p.device_ids.begin(), p.device_ids.end());
-      sl.input_gradient = m.input_gradient;
+      sl.input_gradient = m.input_gradient || in.graph->model.components[m.component].trainable;
       const int index = static_cast<int>(t.slices.size());
       std::vector<int> from;
       if (last_of_op[p.metaop] >= 0) {

@@ -176,8 +176,8 @@ struct TaskSlice {
   int32_t tp = 1;
   int32_t wave = 0;         // forward wave; its backward runs in wave 2 · waves − 1 − wave
   std::vector<int32_t> devices;  // dp × tp of them, sorted
-  // Whether its backward passes its input's gradient back (a trained slice upstream in its task): a slice of a
-  // frozen component without it has no backward work and keeps no activations for one.
+  // Whether it has a backward: it trains, or a trained slice is upstream of it in its task and its backward passes
+  // that gradient back. A frozen slice without it does no backward work and keeps no activations for one.
   bool input_gradient = true;
 };
 struct SyncGroupSpec {

@@ -71,7 +71,11 @@ def refuse_parameters_across_ranks(model: nn.Module, plan: RuntimePlan) -> None:
     for r in range(plan.pp):
         ranges = [plan.stages[s] for s in plan.stages_of(r)]
         if plan.encoder is not None:
-            ranges.append(plan.encoder.stages[plan.encoder.stage_on(r)])
+            # An encoder stage's copies on the ranks of its encoder pipelines are kept equal by its group's
+            # all-reduce: counted on its first pipeline's rank alone.
+            e = plan.encoder.stage_on(r)
+            if plan.encoder.rank_of(0, e) == r:
+                ranges.append(plan.encoder.stages[e])
         for first, end in ranges:
             for layer in range(first, end):
                 for q in model.layers[layer].parameters():

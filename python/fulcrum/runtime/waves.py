@@ -248,8 +248,8 @@ class WaveRuntime:
             pg = dist.new_group(list(g.devices)) if self.world_size > 1 else None
             self._own_groups.append(pg)
             self.groups.append(pg if self.rank in g.devices else None)
-        self._hooked: set = set()  # ids of the parameters whose gradient hook notes their use
-        self._used: set = set()
+        self._hooked: dict = {}  # id of each parameter whose gradient hook notes its use -> the hook's handle
+        self._used: set = set()  # ids of the bucketed parameters backward gave a gradient this step
         self.buckets = [self._bucket(i) if self.rank in g.devices else None for i, g in enumerate(p.sync_groups)]
         # Every copy of a layer starts from its first holder's state, as DDP makes its replicas: frozen weights too
         # (ranks that built or loaded them apart would otherwise compute apart; a frozen component has no sync
@@ -311,8 +311,9 @@ class WaveRuntime:
                 views.append(flat[at:at + q.numel()].view_as(q))
                 at += q.numel()
                 if id(q) not in self._hooked:  # notes that backward wrote q's gradient this step
-                    self._hooked.add(id(q))
-                    q.register_post_accumulate_grad_hook(lambda q: self._used.add(id(q)))
+                    # The hook holds the set alone, not the runtime, and close() removes it.
+                    self._hooked[id(q)] = q.register_post_accumulate_grad_hook(
+                        lambda q, used=self._used: used.add(id(q)))
             # How many devices of the group gave each member a gradient this step, all-reduced beside it: a
             # parameter no device used keeps no gradient, as in one process (an optimizer then skips it).
             used = torch.zeros(len(members), dtype=torch.float32, device=members[0].device)
@@ -420,6 +421,9 @@ class WaveRuntime:
         if self._closed:
             return
         self._closed = True
+        for handle in self._hooked.values():
+            handle.remove()
+        self._hooked = {}
         destroy_groups(self._own_groups)
         # Nothing keeps a destroyed group alive: its communicator goes once the last reference does.
         self._own_groups, self.groups, self._copies = [], [None] * len(self.groups), []
@@ -452,7 +456,7 @@ class WaveRuntime:
         self.reducing: list = []  # the all-reduce of each sync group's buckets in flight
         self.task_loss = [0.0] * len(self.tasks)
         self._earlier: list = []  # (bucket, what it held before this step)
-        self._used: set = set()  # ids of the bucketed parameters backward gave a gradient this step
+        self._used.clear()
         self._gradless: set = set()  # ids of the bucketed parameters that held no gradient before it
         self._bind_gradients()
         try:
