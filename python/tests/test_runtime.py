@@ -447,7 +447,8 @@ else:
         print("accepted")
     except ValueError as e:
         print("refused: " + str(e))
-dist.destroy_process_group()
+runtime.close()
+fr.end_rank()  # past gloo's teardown, which can abort a rank after its work is done
 """
 
 
@@ -497,7 +498,8 @@ got = dict(model.named_parameters())
 same = all(torch.allclose(got[n].grad, dict(reference.named_parameters())[n].grad, rtol=1e-5, atol=1e-8)
            for n in mine)
 print(f"norm {norm:.6g} want {want:.6g} clipped {'alike' if same else 'apart'} stages {len(mine)}", flush=True)
-dist.destroy_process_group()
+runtime.close()
+fr.end_rank()  # past gloo's teardown, which can abort a rank after its work is done
 """
 
 

@@ -342,7 +342,7 @@ print("none" if used is None else "tensor", flush=True)
 others = [q.grad is not None for q in runtime.parameters() if q is not model.components["vision"][1].unused]
 print("others have gradients" if all(others) else "others lost theirs", flush=True)
 runtime.close()
-dist.destroy_process_group()
+fr.end_rank()  # past gloo's teardown, which can abort a rank after its work is done
 """
 
 
