@@ -129,12 +129,20 @@ void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, co
   // (task, component, layer, sequences over every micro-batch, tokens) → the task's nodes that run it so and no
   // slice has run yet: a task may run one component in two nodes, on other inputs.
   using Key = std::tuple<int, int, int64_t, int64_t, int64_t>;
+  auto key_of = [](const MetaOp& op, int64_t l) {
+    return Key{op.task, op.component, l, op.sequences * op.micro_batches, op.tokens};
+  };
+  const MetaGraph g = contract(graph);
   std::map<Key, int> left;
-  for (const MetaOp& op : contract(graph).ops) {
+  // A slice's input gradient as its task graph has it: a stale or edited one would drop or add backward work.
+  std::map<Key, bool> input_gradient;
+  for (const MetaOp& op : g.ops) {
     for (int64_t l = op.first_layer; l < int64_t{op.first_layer} + op.layers; ++l) {
-      ++left[{op.task, op.component, l, op.sequences * op.micro_batches, op.tokens}];
+      ++left[key_of(op, l)];
+      input_gradient[key_of(op, l)] = op.input_gradient || graph.model.components[op.component].trainable;
     }
   }
+  const std::map<Key, int> runs = left;  // how many of a task's nodes run each layer so
   const auto& slices = schedule.tasks.slices;
   for (size_t i = 0; i < slices.size(); ++i) {
     const TaskSlice& sl = slices[i];
@@ -163,23 +171,13 @@ void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, co
   }
   // Each operator after the one whose output it takes: in a later wave, or later in the same wave on the same
   // devices (a chain of a task's work on its devices). A layer two nodes of a task run alike is not placed.
-  std::map<Key, int> runs, slice_of;
-  for (const auto& [key, count] : left) runs[key] = 0;
-  const MetaGraph g = contract(graph);
-  for (const MetaOp& op : g.ops) {
-    for (int64_t l = op.first_layer; l < int64_t{op.first_layer} + op.layers; ++l) {
-      ++runs[{op.task, op.component, l, op.sequences * op.micro_batches, op.tokens}];
-    }
-  }
+  std::map<Key, int> slice_of;
   for (size_t i = 0; i < slices.size(); ++i) {
     const TaskSlice& sl = slices[i];
     for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
       slice_of[{sl.task, sl.component, l, sl.sequences * sl.micro_batches, sl.tokens}] = static_cast<int>(i);
     }
   }
-  auto key_of = [](const MetaOp& op, int64_t l) {
-    return Key{op.task, op.component, l, op.sequences * op.micro_batches, op.tokens};
-  };
   // Where each slice's first forward stands in its first device's program: the order its devices run it in.
   std::vector<int64_t> forward_at(slices.size(), -1);
   for (size_t i = 0; i < slices.size(); ++i) {
@@ -192,7 +190,7 @@ void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, co
     }
   }
   auto check_after = [&](const Key& from, const Key& to) {
-    if (runs[from] != 1 || runs[to] != 1) return;
+    if (runs.at(from) != 1 || runs.at(to) != 1) return;
     const int a = slice_of.at(from), b = slice_of.at(to);
     if (a == b) return;
     const TaskSlice &x = slices[a], &y = slices[b];
@@ -202,17 +200,10 @@ void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, co
                                  graph.model.components[std::get<1>(to)].name, graph.tasks[std::get<0>(to)].name,
                                  y.wave, std::get<2>(from), graph.model.components[std::get<1>(from)].name, a, x.wave));
   };
-  // A slice's input gradient as its task graph has it: a stale or edited one would drop or add backward work.
-  std::map<Key, bool> input_gradient;
-  for (const MetaOp& op : g.ops) {
-    for (int64_t l = op.first_layer; l < int64_t{op.first_layer} + op.layers; ++l) {
-      input_gradient[key_of(op, l)] = op.input_gradient || graph.model.components[op.component].trainable;
-    }
-  }
   for (size_t i = 0; i < slices.size(); ++i) {
     const TaskSlice& sl = slices[i];
     const Key key{sl.task, sl.component, sl.first_layer, sl.sequences * sl.micro_batches, sl.tokens};
-    if (runs[key] == 1 && input_gradient.at(key) != sl.input_gradient) {
+    if (runs.at(key) == 1 && input_gradient.at(key) != sl.input_gradient) {
       throw InputError(fmt::format("{}: slice {} says its backward {} its input's gradient, but in '{}' {}", file, i,
                                    sl.input_gradient ? "passes back" : "does not pass back", graph.name,
                                    sl.input_gradient ? "no trained node feeds it and it trains nothing"
