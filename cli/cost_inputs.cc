@@ -29,6 +29,18 @@ void set_image_tokens(ModelSpec& model, int64_t tokens) {
   }
 }
 
+void check_image_tokens_apply(const ModelSpec& model, int64_t tokens, bool data_given) {
+  if (tokens == 0) return;
+  if (!model.has_encoder()) {
+    throw InputError(fmt::format("--image-tokens: model '{}' has no encoder", model.name));
+  }
+  if (data_given && vision_unit_of(model) == VisionUnit::kPatchTokens) {
+    throw InputError(fmt::format("--image-tokens shapes synthetic samples for model '{}', whose encoders take each "
+                                 "sample's own patch tokens from --data",
+                                 model.name));
+  }
+}
+
 void check_data_fits_the_model(const Dataset& data, const std::string& data_name, const ModelSpec& model,
                                const std::string& model_name) {
   if (model.has_encoder()) {

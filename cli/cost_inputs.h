@@ -32,6 +32,11 @@ ProfileTable load_profile(const std::string& path);
 inline constexpr int64_t kMostImagesPerSample = 4096;
 void set_image_tokens(ModelSpec& model, int64_t tokens);
 
+// --image-tokens where it would change nothing, an InputError: a model without an encoder, or (`data_given`) one
+// whose encoders take each sample's own patch tokens from the data (a dynamic-resolution encoder, whose
+// --image-tokens only shapes synthetic samples).
+void check_image_tokens_apply(const ModelSpec& model, int64_t tokens, bool data_given);
+
 // Data the model cannot take, in a plan, simulation or report, refused with one line naming `data_name`: images
 // for a model with no encoder (the encoder's work on their tiles would be left out without a word; a batcher may
 // price them as the LLM tokens they also are), or vision counted in another unit than the model's encoders take

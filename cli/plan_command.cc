@@ -58,6 +58,10 @@ struct PlanOptions {
   bool ablation = false;
   int threads = 2;
   uint64_t seed = 0;
+  std::vector<std::string> data_options;       // given: they choose --data's samples and batches, so need it
+  std::vector<std::string> synthetic_options;  // given: they shape the samples without --data, so refuse it
+  bool encoder_pp_given = false;
+  bool baseline_config_given = false;
 };
 
 // "DP,TP,PP,VPP,MBS", given to `option`.
@@ -181,6 +185,15 @@ void run_plan(const PlanOptions& o) {
   request.dtype = training_dtype(o.dtype, request.cluster);
   if (!o.profile.empty()) request.profile = load_profile(o.profile);
   check_global_batch(o.gbs, request.cluster.devices);
+  // Options this run would ignore without a word.
+  if (o.data.empty() && !o.data_options.empty()) {
+    throw InputError(fmt::format("{} {} --data's samples and batches: give --data", fmt::join(o.data_options, ", "),
+                                 o.data_options.size() == 1 ? "chooses" : "choose"));
+  }
+  if (!o.data.empty() && !o.synthetic_options.empty()) {
+    throw InputError(fmt::format("{} {} the samples without --data; --data's samples have their own",
+                                 fmt::join(o.synthetic_options, ", "), o.synthetic_options.size() == 1 ? "shapes" : "shape"));
+  }
   if (o.seq < 1 || o.seq > (int64_t{1} << 24)) {
     throw InputError(fmt::format("--seq must be from 1 to 16777216, got {}", o.seq));
   }
@@ -210,11 +223,32 @@ void run_plan(const PlanOptions& o) {
     }
     request.encoders = EncoderSite::kStages;
   }
+  const Strategy planned_strategy = parse_strategy(o.strategy);
+  if (o.encoder_pp_given) {
+    if (!request.model.has_encoder()) {
+      throw InputError(fmt::format("--encoder-pp: model '{}' has no encoder", request.model.name));
+    }
+    const bool bubbles = planned_strategy == Strategy::kOptimus ||
+                         (planned_strategy == Strategy::kFulcrum && request.encoders != EncoderSite::kStages);
+    if (!bubbles) {
+      throw InputError(fmt::format(
+          "--encoder-pp sets the encoder plan of encoders in the LLM's bubbles: --strategy optimus, or fulcrum with "
+          "--encoders best or bubbles{}",
+          planned_strategy == Strategy::kFulcrum ? " (--export and --megatron-layout keep them in the stages)" : ""));
+    }
+  }
+  if (o.baseline_config_given && o.no_baselines && !o.ablation && planned_strategy != Strategy::kMegatron &&
+      planned_strategy != Strategy::kBalanced && planned_strategy != Strategy::kOptimus) {
+    throw InputError(fmt::format("--baseline-config pins megatron, balanced and optimus's LLM plan; --strategy {} with "
+                                 "--no-baselines plans none of them",
+                                 o.strategy));
+  }
   // More threads than any machine runs would only fail to start, mid-plan.
   if (o.threads < 1 || o.threads > 1024) {
     throw InputError(fmt::format("--threads must be from 1 to 1024, got {}", o.threads));
   }
   set_image_tokens(request.model, o.image_tokens);
+  check_image_tokens_apply(request.model, o.image_tokens, !o.data.empty());
   request.image_tokens = o.image_tokens;
   if (!o.baseline_config.empty()) request.pinned = parse_config(o.baseline_config, "--baseline-config");
   if (!o.config.empty()) request.config = parse_config(o.config, "--config");
@@ -482,7 +516,17 @@ std::function<void()> add_plan_command(CLI::App& app) {
                 "encoders in bubbles");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
-  return [o] { run_plan(*o); };
+  return [o, cmd] {
+    for (const char* name : {"--root", "--seed"}) {
+      if (cmd->count(name) > 0) o->data_options.push_back(name);
+    }
+    for (const char* name : {"--seq", "--images-per-sample"}) {
+      if (cmd->count(name) > 0) o->synthetic_options.push_back(name);
+    }
+    o->encoder_pp_given = cmd->count("--encoder-pp") > 0;
+    o->baseline_config_given = cmd->count("--baseline-config") > 0;
+    run_plan(*o);
+  };
 }
 
 }  // namespace fulcrum

@@ -180,6 +180,7 @@ void run_simulate(const SimulateOptions& o) {
                                  o.load_schedule, fmt::join(o.layout_options, ", ")));
   }
   set_image_tokens(model, o.image_tokens);
+  check_image_tokens_apply(model, o.image_tokens, !o.data.empty());
   if (o.images_per_sample < -1 || o.images_per_sample > kMostImagesPerSample) {  // -1: the default, one per sample
     throw InputError(fmt::format("--images-per-sample must be from 0 to {}, got {}", kMostImagesPerSample,
                                  o.images_per_sample));
@@ -262,11 +263,12 @@ void run_simulate(const SimulateOptions& o) {
 
   std::vector<MicroBatchLoads> steps;
   if (o.data.empty() && !o.data_options.empty()) {  // they would be ignored without a word
-    throw InputError(fmt::format("{} choose --data's batches: give --data", fmt::join(o.data_options, ", ")));
+    throw InputError(fmt::format("{} {} --data's batches: give --data", fmt::join(o.data_options, ", "),
+                                 o.data_options.size() == 1 ? "chooses" : "choose"));
   }
   if (!o.data.empty() && !o.synthetic_options.empty()) {
-    throw InputError(fmt::format("{} shape the samples without --data; --data's samples have their own",
-                                 fmt::join(o.synthetic_options, ", ")));
+    throw InputError(fmt::format("{} {} the samples without --data; --data's samples have their own",
+                                 fmt::join(o.synthetic_options, ", "), o.synthetic_options.size() == 1 ? "shapes" : "shape"));
   }
   if (o.data.empty()) {
     if (o.steps != 1 || o.step != 0) throw InputError("--step and --steps choose steps of --data's plan");
