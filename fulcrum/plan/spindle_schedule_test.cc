@@ -162,6 +162,29 @@ TEST_F(BrokenWaves, TheWellFormedOneValidatesAndRuns) {
   EXPECT_GT(p_.run(s_).iteration_seconds, passes);
 }
 
+// The cost model prices a tensor-parallel group of at most a node over NVLink: a loaded schedule whose group spans
+// two nodes would run its collectives at a rate its links do not have, so the simulator refuses it.
+TEST(WavesSchedule, ATensorParallelGroupAcrossANodeBoundaryIsRefused) {
+  Planned p("multitask-clip-4", "a800:16");
+  const auto with_producer_on = [&](const std::vector<int>& ids) {
+    std::vector<PlannedWave> waves = two_waves(p, {0, 1, 2, 3}, {12, 13, 14, 15});
+    PlacedSlice& s = waves[0].slices.at(0);
+    s.tp = 2;
+    s.dp = 2;
+    s.device_ids = ids;
+    const Schedule schedule = waves_schedule(p.in, p.plan.graph, waves);
+    validate(schedule);
+    return schedule;
+  };
+  EXPECT_NO_THROW(p.run(with_producer_on({6, 7, 8, 9})));  // groups {6, 7} and {8, 9}, each inside a node
+  try {
+    p.run(with_producer_on({7, 8, 9, 10}));  // group {7, 8} crosses from node 0 into node 1
+    ADD_FAILURE() << "a tensor-parallel group across two nodes was simulated";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("its tensor-parallel group of devices 7 to 8 crosses a node boundary"));
+  }
+}
+
 // Quarters of a batch on devices 0–3 taken on by devices 0 and 1 in halves: device 0 keeps its quarter and sends
 // nothing, devices 1, 2 and 3 send theirs (reshard_cost.h), and device 1, which takes two quarters, starts its
 // forward only once both are in over its link.

@@ -476,6 +476,18 @@ class Simulator {
       if (sl.tp > 1 && (heads == 0 || heads % sl.tp != 0 || (kv % sl.tp != 0 && sl.tp % kv != 0))) {
         fail("slice {}: tensor parallelism {} does not divide the heads of component '{}'", i, sl.tp, c.name);
       }
+      // The cost model prices a tensor-parallel group of at most a node over NVLink, a wider one over whole nodes.
+      const int per_node = std::max(1, cluster_.device.devices_per_node);
+      for (size_t k = 0; sl.tp > 1 && k + static_cast<size_t>(sl.tp) <= sl.devices.size(); k += sl.tp) {
+        const int first = sl.devices[k], last = sl.devices[k + sl.tp - 1];
+        const bool inside = sl.tp <= per_node ? first / per_node == last / per_node
+                                              : first % per_node == 0 && last - first + 1 == sl.tp;
+        if (!inside) {
+          fail("slice {}: its tensor-parallel group of devices {} to {} {}, where its collectives cannot run at the "
+               "rate they are priced at ({} devices a node)",
+               i, first, last, sl.tp <= per_node ? "crosses a node boundary" : "is not whole nodes", per_node);
+        }
+      }
     }
     for (size_t g = 0; g < s_.tasks.sync_groups.size(); ++g) {
       for (const auto& [component, layer] : s_.tasks.sync_groups[g].layers) {
