@@ -403,6 +403,32 @@ TEST_F(BrokenWaves, CopiesOfALayerThatNoSyncGroupKeepsEqual) {
   EXPECT_THAT(simulation_error_of(partial), HasSubstr(held));
 }
 
+// A sync group all-reduces exactly the copies its layers have: a group over more devices than hold its layers, a
+// layer listed twice or in two groups (all-reduced twice, its bytes counted twice) are refused.
+TEST_F(BrokenWaves, ASyncGroupOverOtherDevicesOrALayerSynchronisedTwice) {
+  ASSERT_FALSE(s_.tasks.sync_groups.empty());
+  const SyncGroupSpec& group = s_.tasks.sync_groups.front();
+  ASSERT_FALSE(group.layers.empty());
+  int32_t outside = 0;  // a device the group's layers are not on
+  while (std::binary_search(group.devices.begin(), group.devices.end(), outside)) ++outside;
+  ASSERT_LT(outside, p_.cluster.devices);
+
+  Schedule wider = s_;
+  std::vector<int32_t>& devices = wider.tasks.sync_groups.front().devices;
+  devices.insert(std::lower_bound(devices.begin(), devices.end(), outside), outside);
+  EXPECT_THAT(simulation_error_of(wider), HasSubstr("sync group 0 spans devices "));
+  EXPECT_THAT(simulation_error_of(wider), HasSubstr(" is held by devices "));
+
+  Schedule listed_twice = s_;
+  listed_twice.tasks.sync_groups.front().layers.push_back(group.layers.front());
+  EXPECT_THAT(simulation_error_of(listed_twice), HasSubstr("is in sync group 0 and again in sync group 0"));
+
+  Schedule two_groups = s_;
+  two_groups.tasks.sync_groups.push_back(group);
+  EXPECT_THAT(simulation_error_of(two_groups),
+              HasSubstr(fmt::format("is in sync group 0 and again in sync group {}", s_.tasks.sync_groups.size())));
+}
+
 // Moved from where their gradients are whole to the end of every program, the same all-reduces no longer run
 // under the later backward waves, and the iteration gets longer: the overlap is what the earlier place buys.
 TEST(WavesSchedule, GradientSyncOverlapsTheLaterBackwardWaves) {

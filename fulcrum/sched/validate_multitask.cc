@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/cost/training_state_memory.h"
 
 namespace fulcrum {
 namespace {
@@ -61,6 +62,18 @@ class MultitaskValidator {
            "vpp {})", l.dp, l.tp, l.pp, l.vpp);
     }
     if (!s_.stages.empty()) fail("a multitask schedule has slices, not pipeline stages");
+    // What the slices and sync groups do not say and the simulator would otherwise take from the layout: the
+    // gradients are all-reduced in full, parameters stay whole on their devices, no sequence is split.
+    if (l.state_sharding != StateSharding::kZero0 && l.state_sharding != StateSharding::kZero1) {
+      fail("a multitask schedule all-reduces its gradients in full and keeps its parameters whole: state_sharding "
+           "zero-0 or zero-1, not {}", state_sharding_name(l.state_sharding));
+    }
+    if (l.sequence_parallel || l.encoder_tp != 0) {
+      fail("a multitask schedule's slices set their own tensor parallelism: sequence_parallel false, encoder_tp 0");
+    }
+    if (s_.kind != PipelineKind::kCustom) {
+      fail("a multitask schedule is pipeline 'custom', not '{}'", pipeline_kind_name(s_.kind));
+    }
     if (s_.micro_batches != 1) fail("a multitask schedule runs its slices' micro-batches inside them: micro_batches 1");
     if (s_.encoder.present()) fail("a multitask schedule has no encoder section");
     if (static_cast<int64_t>(s_.programs.size()) != l.pp) fail("{} programs for {} devices", s_.programs.size(), l.pp);

@@ -502,7 +502,9 @@ class Simulator {
   }
 
   // A trainable layer held by more than one copy of its shards (slices of several tasks, or data parallelism)
-  // needs one sync group over every device that holds it; without it the copies train apart and nothing fails.
+  // needs a sync group over exactly the devices that hold it; without it the copies train apart and nothing
+  // fails. A layer in two groups, or a group over other devices than its layers', would all-reduce other bytes
+  // over other devices than the copies hold.
   void check_copies_are_synchronised() const {
     struct Holders {
       std::vector<int> devices;
@@ -510,28 +512,41 @@ class Simulator {
     };
     std::map<std::pair<int, int>, Holders> held;
     for (const TaskSlice& sl : s_.tasks.slices) {
-      if (!model_.components[sl.component].trainable) continue;
       for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
         Holders& h = held[{sl.component, static_cast<int>(l)}];
         h.devices.insert(h.devices.end(), sl.devices.begin(), sl.devices.end());
         h.tp = std::gcd(h.tp, static_cast<int>(sl.tp));
       }
     }
-    for (auto& entry : held) {
-      // Named, not structured, bindings: the lambda below captures them (clang before 16 cannot capture those).
-      const std::pair<int, int>& key = entry.first;
-      Holders& h = entry.second;
-      const auto [component, layer] = key;
-      if (model_.components[component].layers[layer].parameters() == 0) continue;
+    for (auto& [key, h] : held) {
       std::sort(h.devices.begin(), h.devices.end());
       h.devices.erase(std::unique(h.devices.begin(), h.devices.end()), h.devices.end());
+    }
+    std::map<std::pair<int, int>, size_t> group_of;
+    for (size_t g = 0; g < s_.tasks.sync_groups.size(); ++g) {
+      const SyncGroupSpec& group = s_.tasks.sync_groups[g];
+      for (const std::pair<int, int> key : group.layers) {
+        const auto [component, layer] = key;
+        const std::string name = fmt::format("layer {} of component '{}'", layer, model_.components[component].name);
+        const auto [at, added] = group_of.emplace(key, g);
+        if (!added) {
+          fail("{} is in sync group {} and again in sync group {}: its gradients would be all-reduced twice", name,
+               at->second, g);
+        }
+        const auto h = held.find(key);
+        const std::vector<int> holders = h == held.end() ? std::vector<int>{} : h->second.devices;
+        if (!std::equal(group.devices.begin(), group.devices.end(), holders.begin(), holders.end())) {
+          fail("sync group {} spans devices {}, but {} is held by devices {}", g, fmt::join(group.devices, ","), name,
+               fmt::join(holders, ","));
+        }
+      }
+    }
+    for (const auto& [key, h] : held) {
+      const auto [component, layer] = key;
+      if (!model_.components[component].trainable) continue;
+      if (model_.components[component].layers[layer].parameters() == 0) continue;
       if (static_cast<int>(h.devices.size()) / std::gcd(h.tp, static_cast<int>(h.devices.size())) < 2) continue;
-      const auto keeps = [&](const SyncGroupSpec& g) {
-        return std::find(g.layers.begin(), g.layers.end(), key) != g.layers.end() &&
-               std::includes(g.devices.begin(), g.devices.end(), h.devices.begin(), h.devices.end());
-      };
-      const bool kept = std::any_of(s_.tasks.sync_groups.begin(), s_.tasks.sync_groups.end(), keeps);
-      if (!kept) {
+      if (group_of.count(key) == 0) {
         fail("layer {} of component '{}' is held by devices {} and no sync group over all of them keeps its copies "
              "equal",
              layer, model_.components[component].name, fmt::join(h.devices, ","));
