@@ -104,6 +104,7 @@ Json summary_json(const TrainingPlan& p) {
           {"micro_batches", p.micro_batches},
           {"schedule", std::string(pipeline_kind_name(c.schedule))},
           {"sequence_parallel", c.sequence_parallel},
+          {"state_sharding", state_sharding_name(c.sharding)},
           {"batcher", p.batcher},
           {"stages", stages},
           {"recompute", recompute_summary(p.schedule)},

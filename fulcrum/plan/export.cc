@@ -209,9 +209,24 @@ std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan,
   }
   if (any_full && !any_selective && !any_none) {
     args += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
-  } else if (any_selective && !any_full && !any_none) {
+  } else if (any_selective && !any_full) {
+    // Megatron's selective recomputation covers every block: the blocks the plan keeps whole are recomputed
+    // selectively too (the attention core: more time than planned, never more memory).
     args += " --recompute-granularity selective";
+    if (any_none) {
+      int64_t kept = 0;
+      for (size_t i = 0; i < llm_block.size(); ++i) kept += llm_block[i] && s.recompute[i] == Recompute::kNone;
+      notes += fmt::format("# {} LLM blocks the plan does not recompute are recomputed selectively too (Megatron "
+                           "takes one recomputation for every block)\n", kept);
+    }
   } else if (any_full || any_selective) {
+    if (any_selective) {
+      int64_t selective = 0;
+      for (size_t i = 0; i < llm_block.size(); ++i) selective += llm_block[i] && s.recompute[i] == Recompute::kSelective;
+      notes += fmt::format("# {} LLM blocks the plan recomputes selectively are counted as fully recomputed (Megatron "
+                           "takes one recomputation granularity: more time than planned, never more memory)\n",
+                           selective);
+    }
     const int64_t most = *std::max_element(per_rank.begin(), per_rank.end());
     args += fmt::format(" --recompute-granularity full --recompute-method block --recompute-num-layers {}", most);
     notes += fmt::format("# LLM blocks to recompute per pipeline rank: {}; set args.recompute_num_layers =\n"
@@ -237,13 +252,63 @@ std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan,
 }
 
 std::string deepspeed_partition(const TrainingPlan& plan) {
-  if (plan.config.vpp != 1) {
+  const ParallelConfig& c = plan.config;
+  if (c.vpp != 1) {
     throw InputError(fmt::format("DeepSpeed's PipelineModule has no interleaving, but the plan has {} model chunks "
-                                 "per rank: export it for Megatron-LM, or plan with one chunk", plan.config.vpp));
+                                 "per rank: export it for Megatron-LM, or plan with one chunk", c.vpp));
+  }
+  int zero_stage = 1;
+  switch (c.sharding) {
+    case StateSharding::kZero0: zero_stage = 0; break;
+    case StateSharding::kZero1:
+    case StateSharding::kMegatronDistributedOptimizer: zero_stage = 1; break;
+    case StateSharding::kZero2: zero_stage = 2; break;
+    case StateSharding::kZero3: zero_stage = 3; break;
+  }
+  if (c.pp > 1 && zero_stage >= 2) {
+    throw InputError(fmt::format("DeepSpeed's pipeline engine runs ZeRO stage 0 or 1, but the plan shards its "
+                                 "gradients over {} pipeline stages (ZeRO-{}): export it for Megatron-LM",
+                                 c.pp, zero_stage));
+  }
+  // What the engine's configuration carries, and in comments what DeepSpeed cannot: the plan's own schedule,
+  // tensor parallelism (Megatron-DeepSpeed's layers), per-block recomputation, varying micro-batches.
+  std::string notes = fmt::format(
+      "# Fulcrum's plan: DP {} × TP {} × PP {}, {} micro-batches of {} samples a step per replica. ds_config:\n"
+      "#   \"train_micro_batch_size_per_gpu\": {}, \"gradient_accumulation_steps\": {}, "
+      "\"zero_optimization\": {{\"stage\": {}}}\n",
+      c.dp, c.tp, c.pp, plan.micro_batches, c.mbs, c.mbs, plan.micro_batches, zero_stage);
+  if (plan.batcher != "random") {
+    notes += fmt::format("# the plan's {} batches vary the samples of a micro-batch around {} (fulcrum.sampler "
+                         "makes them); its times are for those batches\n", plan.batcher, c.mbs);
+  }
+  if (c.pp > 1 && c.schedule != PipelineKind::kOneFOneB) {
+    notes += fmt::format("# the plan's pipeline schedule is {}; DeepSpeed runs its own 1F1B (TrainSchedule), whose "
+                         "step the plan did not time\n", pipeline_kind_name(c.schedule));
+  }
+  if (c.tp > 1) {
+    notes += fmt::format("# tensor parallelism {}{}: DeepSpeed takes it from a PipeModelDataParallelTopology(num_pp={}, "
+                         "num_mp={}, num_dp={}) and model-parallel layers (Megatron-DeepSpeed's)\n",
+                         c.tp, c.sequence_parallel ? " with sequence parallelism" : "", c.pp, c.tp, c.dp);
+  }
+  int64_t full = 0, selective = 0;
+  for (const Recompute r : plan.schedule.recompute) {
+    full += r == Recompute::kFull;
+    selective += r == Recompute::kSelective;
+  }
+  if (full + selective > 0) {
+    notes += fmt::format("# recomputation: {} layers fully and {} selectively of {}; PipelineModule's "
+                         "activation_checkpoint_interval recomputes every layer between checkpoints fully{}\n",
+                         full, selective, plan.schedule.recompute.size(),
+                         full == static_cast<int64_t>(plan.schedule.recompute.size())
+                             ? " (interval 1: as planned)"
+                             : ", so the plan's choice per layer needs the layers' own checkpointing");
+  }
+  if (c.pp == 1) {
+    return notes + "# one pipeline stage: no PipelineModule, the model as it is under the engine\n";
   }
   std::vector<int32_t> parts{0};
   for (const StageLayers& st : plan.schedule.stages) parts.push_back(st.end_layer);
-  return fmt::format(
+  return notes + fmt::format(
       "# Fulcrum's stage boundaries over the PipelineModule's layer list (the flattened model: encoders,\n"
       "# projectors, then the LLM's embedding, blocks, final norm and head); stage s holds [parts[s], parts[s+1]).\n"
       "from deepspeed.pipe import PipelineModule\n\n"

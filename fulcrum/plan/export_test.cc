@@ -143,6 +143,29 @@ TEST(MegatronArguments, RecomputationCountsTheLlmBlocksAlone) {
                                           encoder_blocks, encoder_blocks)));
 }
 
+// Megatron takes one recomputation for every block: a plan mixing selective and none exports selective (block
+// recomputation would recompute its selective blocks fully), and one mixing full and selective says which of its
+// selective blocks are recomputed fully.
+TEST(MegatronArguments, MixedRecomputationTakesTheNearestMegatronCanRunAndSaysWhatChanges) {
+  const ModelSpec model = model_preset("gpt-11b");
+  TrainingPlan p = plan_of(model, 4, 1, partition_layers(model, 4, EncoderPlacement::kFirstStage), Recompute::kNone);
+  std::vector<int64_t> blocks;
+  for (int64_t i = 0; i < flattened_layers(model); ++i) {
+    if (model.components[0].layers[i].kind == LayerKind::kTransformerBlock) blocks.push_back(i);
+  }
+  ASSERT_GE(blocks.size(), 10u);
+  for (size_t b = 0; b < 10; ++b) p.schedule.recompute[blocks[b]] = Recompute::kSelective;
+  std::string args = megatron_arguments(model, p, 256);
+  EXPECT_THAT(args, HasSubstr("--recompute-granularity selective"));
+  EXPECT_THAT(args, ::testing::Not(HasSubstr("--recompute-method")));
+  EXPECT_THAT(args, HasSubstr(fmt::format("# {} LLM blocks the plan does not recompute are recomputed selectively",
+                                          blocks.size() - 10)));
+  p.schedule.recompute[blocks.back()] = Recompute::kFull;
+  args = megatron_arguments(model, p, 256);
+  EXPECT_THAT(args, HasSubstr("--recompute-method block"));
+  EXPECT_THAT(args, HasSubstr("# 10 LLM blocks the plan recomputes selectively are counted as fully recomputed"));
+}
+
 // Megatron-LM has no zero-bubble schedule: the arguments say the plan's schedule is not the one it runs.
 TEST(MegatronArguments, AScheduleMegatronDoesNotRunIsNamed) {
   const ModelSpec model = model_preset("gpt-11b");
@@ -162,6 +185,43 @@ TEST(DeepspeedPartition, BoundariesAsAPartitionHook) {
   EXPECT_THAT(code, HasSubstr("def _partition_layers(self"));
   const TrainingPlan interleaved = plan_of(model, 4, 2, partition_layers(model, 8, EncoderPlacement::kFirstStage));
   EXPECT_THROW(deepspeed_partition(interleaved), InputError);
+}
+
+// The export carries the engine's configuration and says what DeepSpeed cannot run as planned; a sharding its
+// pipeline engine refuses is refused here, and one stage needs no PipelineModule.
+TEST(DeepspeedPartition, SaysWhatTheEngineRunsAndRefusesWhatItCannot) {
+  const ModelSpec model = model_preset("gpt-11b");
+  TrainingPlan p = plan_of(model, 4, 1, partition_layers(model, 4, EncoderPlacement::kFirstStage));
+  p.micro_batches = 8;
+  p.batcher = "random";
+  p.config.sharding = StateSharding::kZero1;
+  std::string code = deepspeed_partition(p);
+  EXPECT_THAT(code, HasSubstr("\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 8, "
+                              "\"zero_optimization\": {\"stage\": 1}"));
+  EXPECT_THAT(code, HasSubstr("# tensor parallelism 8 with sequence parallelism: DeepSpeed takes it from a "
+                              "PipeModelDataParallelTopology(num_pp=4, num_mp=8, num_dp=4)"));
+  EXPECT_THAT(code, HasSubstr("(interval 1: as planned)"));
+  EXPECT_THAT(code, ::testing::Not(HasSubstr("pipeline schedule")));
+  p.config.schedule = PipelineKind::kZeroBubbleH1;
+  p.schedule.recompute.front() = Recompute::kSelective;
+  p.batcher = "fulcrum";
+  code = deepspeed_partition(p);
+  EXPECT_THAT(code, HasSubstr("# the plan's pipeline schedule is zb-h1; DeepSpeed runs its own 1F1B"));
+  EXPECT_THAT(code, HasSubstr("needs the layers' own checkpointing"));
+  EXPECT_THAT(code, HasSubstr("# the plan's fulcrum batches vary the samples of a micro-batch around 2"));
+  p.config.sharding = StateSharding::kZero3;
+  try {
+    deepspeed_partition(p);
+    ADD_FAILURE() << "ZeRO-3 over pipeline stages exported for DeepSpeed";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("DeepSpeed's pipeline engine runs ZeRO stage 0 or 1"));
+  }
+  TrainingPlan one = plan_of(model, 1, 1, partition_layers(model, 1, EncoderPlacement::kFirstStage));
+  one.config.sharding = StateSharding::kZero3;
+  code = deepspeed_partition(one);
+  EXPECT_THAT(code, HasSubstr("\"zero_optimization\": {\"stage\": 3}"));
+  EXPECT_THAT(code, HasSubstr("# one pipeline stage: no PipelineModule"));
+  EXPECT_THAT(code, ::testing::Not(HasSubstr("FULCRUM_PARTS")));
 }
 
 }  // namespace
