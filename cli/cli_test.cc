@@ -1461,6 +1461,100 @@ TEST_F(Cli, MultitaskRefusesASavedScheduleRunningALayerBeforeItsInput) {
   EXPECT_NE(out_of_order.err.find("before its input"), std::string::npos) << out_of_order.err;
 }
 
+// A saved schedule must move each slice's input to it where the devices change, run a chain of slices on the same
+// devices in order both ways, keep each task's micro-batches, and give each of two nodes that run a frozen
+// component alike the backward its own inputs call for: edited otherwise, it is refused in one line.
+TEST_F(Cli, MultitaskRefusesASavedScheduleWhoseDataDoesNotFlowAsItsTasksSay) {
+  const std::string clip = "multitask --tasks multitask-clip-4 --cluster a800:16";
+  const std::string saved = (dir_ / "c4.json").string();
+  ASSERT_EQ(run(clip + " --save-schedule " + saved).status, 0);
+  ASSERT_EQ(run(clip + " --load-schedule " + saved).status, 0);
+  auto refused = [&](const std::string& args, const std::string& name, const nlohmann::json& doc,
+                     const std::string& message) {
+    const std::string file = write(name, doc.dump());
+    const Result r = run(args + " --load-schedule " + file);
+    EXPECT_EQ(r.status, 2) << name << ": " << r.out;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << name << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << name << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << name;
+  };
+  // Every transfer taken out: the sends and receives still match, but no slice receives the rows it takes.
+  auto no_transfers = nlohmann::json::parse(slurp(saved));
+  for (auto& program : no_transfers["programs"]) {
+    nlohmann::json kept = nlohmann::json::array();
+    for (const auto& in : program) {
+      if (in[0] != "send" && in[0] != "recv") kept.push_back(in);
+    }
+    program = kept;
+  }
+  refused(clip, "no_transfers.json", no_transfers, "receives no activations from it");
+  // Slice 0 over one layer more: the layer it takes from the next slice is run twice.
+  auto longer = nlohmann::json::parse(slurp(saved));
+  longer["tasks"]["slices"][0][3] = 2;
+  refused(clip, "longer.json", longer,
+          "of 'vision' in 1 micro-batch of 256 sequences of 257 tokens, which task 'vision-text' does not run again");
+  // The first slice's rows as 2 micro-batches of half as many sequences: another activation memory and time.
+  auto halves = nlohmann::json::parse(slurp(saved));
+  halves["tasks"]["slices"][0][4] = 128;
+  halves["tasks"]["slices"][0][6] = 2;
+  refused(clip, "halves.json", halves,
+          "slice 0 runs layer 0 of 'vision' in 2 micro-batches of 128 sequences of 257 tokens, which task "
+          "'vision-text' does not run");
+
+  // A task-greedy wave runs a task's chain of slices on its devices: its forwards in order on every device (not
+  // only the first), its backwards in reverse.
+  const std::string greedy_args = "multitask --tasks multitask-clip-4 --cluster a800:8";
+  const std::string greedy = (dir_ / "greedy.json").string();
+  ASSERT_EQ(run(greedy_args + " --schedule-of task-greedy --save-schedule " + greedy).status, 0);
+  auto swapped_on = [&](const char* op, bool every_device) {
+    auto doc = nlohmann::json::parse(slurp(greedy));
+    EXPECT_EQ(doc["tasks"]["slices"][0][9], doc["tasks"]["slices"][1][9]);  // one wave
+    EXPECT_EQ(doc["tasks"]["slices"][0][10], doc["tasks"]["slices"][1][10]);  // the same devices
+    const auto& devices = doc["tasks"]["slices"][0][10];
+    for (size_t k = every_device ? 0 : devices.size() - 1; k < devices.size(); ++k) {
+      auto& program = doc["programs"][devices[k].get<int>()];
+      auto first = program.end(), second = program.end();
+      for (auto it = program.begin(); it != program.end(); ++it) {
+        if ((*it)[0] == op && (*it)[1] == 0) first = it;
+        if ((*it)[0] == op && (*it)[1] == 1) second = it;
+      }
+      EXPECT_TRUE(first != program.end() && second != program.end());
+      std::iter_swap(first, second);
+    }
+    return doc;
+  };
+  refused(greedy_args, "forward_on_one.json", swapped_on("F", false), "before its input");
+  refused(greedy_args, "backward.json", swapped_on("B", true), "before its input");
+
+  // LLaVA's LLM frozen and run twice by one task on the same inputs: after the trained projector (its backward
+  // passes the gradient back) and on its own (no backward). Every LLM slice saying the same is refused.
+  const Result model = run("model --model llava-1.5-7b --json --trainable projector");
+  ASSERT_EQ(model.status, 0) << model.err;
+  const nlohmann::json tasks{{"fulcrum", 1}, {"kind", "tasks"}, {"name", "twice"},
+                             {"model", nlohmann::json::parse(model.out)},
+                             {"tasks", {{{"name", "t"}, {"batch", 64}, {"nodes", {
+                                 {{"name", "v"}, {"component", "vision"}, {"tokens", 577}},
+                                 {{"name", "p"}, {"component", "projector"}, {"tokens", 576}, {"inputs", {"v"}}},
+                                 {{"name", "after"}, {"component", "llm"}, {"tokens", 1024}, {"inputs", {"p"}}},
+                                 {{"name", "alone"}, {"component", "llm"}, {"tokens", 1024}}}}}}}};
+  const std::string twice_args = "multitask --tasks " + write("twice.json", tasks.dump()) + " --cluster a800:8";
+  const std::string twice = (dir_ / "twice_schedule.json").string();
+  ASSERT_EQ(run(twice_args + " --schedule-of sequential --save-schedule " + twice).status, 0);
+  ASSERT_EQ(run(twice_args + " --load-schedule " + twice).status, 0);
+  const int llm = 2;  // the model's components: vision, projector, llm
+  for (const int gradient : {0, 1}) {
+    auto doc = nlohmann::json::parse(slurp(twice));
+    for (auto& slice : doc["tasks"]["slices"]) {
+      if (slice[1] != llm) continue;
+      if (slice.size() < 12) slice.push_back(gradient);
+      slice[11] = gradient;
+    }
+    refused(twice_args, fmt::format("llm_gradient_{}.json", gradient), doc,
+            fmt::format("{} of the slices running layer 0 of 'llm' for task 't' pass its input's gradient back, but 1 "
+                        "of the task's 2 nodes running it so do", gradient ? 2 : 0));
+  }
+}
+
 // A saved schedule simulated again gives the iteration the plan reported for it, and moves with the costs it is
 // timed under: what a measured run of it is compared against when the costs were measured after it was planned.
 TEST_F(Cli, MultitaskSimulatesASavedSchedule) {
@@ -1797,7 +1891,7 @@ TEST_F(Cli, MultitaskBadInput) {
       {"--tasks multitask-clip-4 --load-schedule " + pipeline, "pipeline.json: not a multitask schedule"},
       {"--tasks multitask-clip-4 --load-schedule " + unsynced, "unsynced.json: layer "},
       {"--tasks multitask-clip-4 --load-schedule " + no_task, "no_task.json: slice 0 runs task 99, but"},
-      {"--tasks multitask-clip-4 --load-schedule " + other_tokens, "on 256 sequences of 3 tokens, which task"},
+      {"--tasks multitask-clip-4 --load-schedule " + other_tokens, "in 1 micro-batch of 256 sequences of 3 tokens, which task"},
       {"--tasks multitask-clip-4 --load-schedule " + saved + " --save-schedule x.json", "--load-schedule times"},
       // The schedule keeps its own optimizer state and sync groups: these would be ignored.
       {"--tasks multitask-clip-4 --load-schedule " + saved + " --zero 0", "--zero and --bucket-mb plan one"},

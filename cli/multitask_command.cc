@@ -12,6 +12,7 @@
 #include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/cost_inputs.h"
+#include "cli/loaded_multitask_schedule.h"
 #include "cli/output_file.h"
 #include "cli/warnings.h"
 #include "fulcrum/core/error.h"
@@ -121,106 +122,7 @@ Json timed_json(const Timed& t) {
 
 // --load-schedule: a schedule written by --save-schedule (or by hand) timed by the simulator on these tasks,
 // cluster and costs, without planning: what a measured run of that schedule is compared against when the costs
-// were measured after it was planned.
-// A saved schedule runs every task's work once: each layer of each task's nodes in exactly one slice, on that
-// node's sequences and tokens. Otherwise a task (or part of one) left out or run twice would be timed as if it
-// were the iteration.
-void check_covers_the_tasks(const Schedule& schedule, const TaskGraph& graph, const std::string& file) {
-  // (task, component, layer, sequences over every micro-batch, tokens) → the task's nodes that run it so and no
-  // slice has run yet: a task may run one component in two nodes, on other inputs.
-  using Key = std::tuple<int, int, int64_t, int64_t, int64_t>;
-  auto key_of = [](const MetaOp& op, int64_t l) {
-    return Key{op.task, op.component, l, op.sequences * op.micro_batches, op.tokens};
-  };
-  const MetaGraph g = contract(graph);
-  std::map<Key, int> left;
-  // A slice's input gradient as its task graph has it: a stale or edited one would drop or add backward work.
-  std::map<Key, bool> input_gradient;
-  for (const MetaOp& op : g.ops) {
-    for (int64_t l = op.first_layer; l < int64_t{op.first_layer} + op.layers; ++l) {
-      ++left[key_of(op, l)];
-      input_gradient[key_of(op, l)] = op.input_gradient || graph.model.components[op.component].trainable;
-    }
-  }
-  const std::map<Key, int> runs = left;  // how many of a task's nodes run each layer so
-  const auto& slices = schedule.tasks.slices;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const TaskSlice& sl = slices[i];
-    if (sl.task < 0 || sl.task >= static_cast<int>(graph.tasks.size())) {
-      throw InputError(fmt::format("{}: slice {} runs task {}, but '{}' has {} tasks", file, i, sl.task, graph.name,
-                                   graph.tasks.size()));
-    }
-    // Read with up to 2^40 sequences and 2^31 micro-batches: their product in int64 only below that.
-    const double rows = static_cast<double>(sl.sequences) * static_cast<double>(sl.micro_batches);
-    const int64_t sequences = rows < 0x1p62 ? sl.sequences * sl.micro_batches : -1;
-    for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
-      const auto it = left.find({sl.task, sl.component, l, sequences, sl.tokens});
-      if (it == left.end() || it->second == 0) {
-        throw InputError(fmt::format("{}: slice {} runs layer {} of '{}' on {} sequences of {} tokens, which task "
-                                     "'{}' does not run{}", file, i, l, graph.model.components[sl.component].name,
-                                     rows, sl.tokens, graph.tasks[sl.task].name, it == left.end() ? "" : " again"));
-      }
-      --it->second;
-    }
-  }
-  for (const auto& [key, count] : left) {
-    if (count > 0) {
-      throw InputError(fmt::format("{}: no slice runs layer {} of '{}' for task '{}'", file, std::get<2>(key),
-                                   graph.model.components[std::get<1>(key)].name, graph.tasks[std::get<0>(key)].name));
-    }
-  }
-  // Each operator after the one whose output it takes: in a later wave, or later in the same wave on the same
-  // devices (a chain of a task's work on its devices). A layer two nodes of a task run alike is not placed.
-  std::map<Key, int> slice_of;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const TaskSlice& sl = slices[i];
-    for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
-      slice_of[{sl.task, sl.component, l, sl.sequences * sl.micro_batches, sl.tokens}] = static_cast<int>(i);
-    }
-  }
-  // Where each slice's first forward stands in its first device's program: the order its devices run it in.
-  std::vector<int64_t> forward_at(slices.size(), -1);
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const std::vector<Instruction>& program = schedule.programs.at(static_cast<size_t>(slices[i].devices.front())).instructions;
-    for (size_t k = 0; k < program.size(); ++k) {
-      if (program[k].op == OpKind::kForward && program[k].stage == static_cast<int32_t>(i)) {
-        forward_at[i] = static_cast<int64_t>(k);
-        break;
-      }
-    }
-  }
-  auto check_after = [&](const Key& from, const Key& to) {
-    if (runs.at(from) != 1 || runs.at(to) != 1) return;
-    const int a = slice_of.at(from), b = slice_of.at(to);
-    if (a == b) return;
-    const TaskSlice &x = slices[a], &y = slices[b];
-    if (x.wave < y.wave || (x.wave == y.wave && x.devices == y.devices && forward_at[a] < forward_at[b])) return;
-    throw InputError(fmt::format("{}: slice {} runs layer {} of '{}' for task '{}' in wave {}, before its input, layer "
-                                 "{} of '{}' in slice {} (wave {})", file, b, std::get<2>(to),
-                                 graph.model.components[std::get<1>(to)].name, graph.tasks[std::get<0>(to)].name,
-                                 y.wave, std::get<2>(from), graph.model.components[std::get<1>(from)].name, a, x.wave));
-  };
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const TaskSlice& sl = slices[i];
-    const Key key{sl.task, sl.component, sl.first_layer, sl.sequences * sl.micro_batches, sl.tokens};
-    if (runs.at(key) == 1 && input_gradient.at(key) != sl.input_gradient) {
-      throw InputError(fmt::format("{}: slice {} says its backward {} its input's gradient, but in '{}' {}", file, i,
-                                   sl.input_gradient ? "passes back" : "does not pass back", graph.name,
-                                   sl.input_gradient ? "no trained node feeds it and it trains nothing"
-                                                     : "it trains or a trained node feeds it"));
-    }
-  }
-  for (const MetaOp& op : g.ops) {
-    for (int input : op.inputs) {
-      const MetaOp& in = g.ops[input];
-      check_after(key_of(in, in.first_layer + in.layers - 1), key_of(op, op.first_layer));
-    }
-    for (int64_t l = op.first_layer + 1; l < int64_t{op.first_layer} + op.layers; ++l) {
-      check_after(key_of(op, l - 1), key_of(op, l));
-    }
-  }
-}
-
+// were measured after it was planned. The schedule must run exactly the tasks' work (LoadedMultitaskSchedule).
 void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const ClusterSpec& cluster,
                      const CostModel& cost, const ProfileTable* profile, const DeviceEfficiency& efficiency,
                      Dtype dtype) {
@@ -230,6 +132,12 @@ void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const Cl
     throw InputError(fmt::format("{}: not a multitask schedule (it has no slices): time it with fulcrum simulate "
                                  "--load-schedule", file));
   }
+  const LoadedMultitaskSchedule loaded(schedule, graph, file);
+  // The slices against the tasks first where the schedule is for this model: a layer run twice or left out is
+  // named as such, not by the fault it makes in the programs. A schedule for another model is named by the
+  // simulator's check of the model, which says more.
+  const bool this_model = schedule.model_layers == flattened_layers(graph.model);
+  if (this_model) loaded.check_coverage();
   validate(schedule, file);
   if (schedule.layout.pp != cluster.devices) {
     throw InputError(fmt::format("{}: the schedule has programs for {} devices but the cluster '{}' has {}", file,
@@ -244,7 +152,8 @@ void simulate_loaded(const MultitaskOptions& o, const TaskGraph& graph, const Cl
   } catch (const InputError& e) {  // a schedule for another task graph: name the file
     throw InputError(fmt::format("{}: {}", file, e.what()));
   }
-  check_covers_the_tasks(schedule, graph, file);  // after the model's own checks, which say more of a mismatch
+  if (!this_model) loaded.check_coverage();
+  loaded.check_dataflow();
   if (!o.trace.empty()) {
     write_file_atomically(o.trace, chrome_trace(simulated, fmt::format("{} on {}: {}", graph.name, o.cluster, file)));
   }
