@@ -177,6 +177,20 @@ def test_a_plan_for_another_model_or_world_is_refused(tmp_path):
     path.write_text(plan.text)
     with pytest.raises(ValueError, match=r"four\.json: the plan covers 4 layers but the model has 5"):
         fr.Runtime(Chain(5), str(path), lambda out, labels: out.sum())
+    # So is a file whose text is not JSON, or not an object: the parser's own error named nothing.
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(plan.text[:40])
+    for load in (fr.RuntimePlan.load, fr.WavePlan.load):
+        with pytest.raises(ValueError, match=r"truncated\.json: malformed JSON at line \d+, column \d+"):
+            load(str(truncated))
+    listed = tmp_path / "listed.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"listed\.json: expected a JSON object, got list"):
+        fr.RuntimePlan.load(str(listed))
+    # A plan without a pipeline names the engine that runs it.
+    with pytest.raises(ValueError, match="engine 'torch' runs pipelines; this plan has none: run it on 'ddp'"):
+        fr.Runtime(Chain(4), fr.RuntimePlan.generate("1f1b", 4, 2, pp=1), lambda out, labels: out.sum(),
+                   engine="torch")
 
 
 @pytest.mark.parametrize("layout, processes", [("interleaved-dp", 2), ("bubbles-dp2", 4)])
@@ -518,3 +532,119 @@ def test_the_gradient_norm_is_clipped_over_every_pipeline_stage(tmp_path):
         assert float(fields[1]) == pytest.approx(float(fields[3]), rel=1e-5), line
         assert float(fields[1]) > 0.05  # the norm was above the bound: the clipping scaled something
         assert fields[5] == "alike" and int(fields[7]) > 0, line
+
+
+STAGE_INPUTS = """
+import json, sys, torch, torch.nn as nn, torch.distributed as dist
+import fulcrum.runtime as fr
+torch.set_num_threads(1)
+
+
+class First(nn.Module):  # features, and the token ids passed on to the next stage
+    def __init__(self):
+        super().__init__()
+        self.lin, self.bn = nn.Linear(3, 3), nn.BatchNorm1d(3)
+
+    def forward(self, state, b):
+        return (self.bn(self.lin(b["x"])), b["ids"] + 0)
+
+
+class Same(nn.Module):
+    def forward(self, state, b):
+        return state
+
+
+class Lookup(nn.Module):  # the next stage looks the ids up
+    def __init__(self):
+        super().__init__()
+        self.emb, self.bn = nn.Embedding(5, 3), nn.BatchNorm1d(3)
+
+    def forward(self, state, b):
+        return (self.bn(state[0] + self.emb(state[1])),)
+
+
+class Last(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, state, b):
+        return (self.lin(state[0]),)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList([First(), Same(), Lookup(), Last()])
+
+
+loss = lambda out, labels: (out ** 2).sum()
+torch.manual_seed(1)
+batches = [{"x": torch.randn(2, 3), "ids": torch.randint(0, 5, (2,)), "labels": torch.ones(2, dtype=torch.long)}
+           for _ in range(2)]
+if sys.argv[1] == "one":
+    model = Model()
+    model.train()
+    total = 0.0
+    for b in batches:
+        state = ()
+        for layer in model.layers:
+            state = layer(state, b)
+        total += float(loss(state[0], b["labels"])) / 4
+    stats = {f"{i}": [int(l.bn.num_batches_tracked), [float(v) for v in l.bn.running_mean]]
+             for i, l in enumerate(model.layers) if hasattr(l, "bn")}
+    print("RESULT " + json.dumps({"loss": total, "stats": stats}), flush=True)
+    sys.exit(0)
+dist.init_process_group("gloo")
+model = Model()
+runtime = fr.Runtime(model, fr.RuntimePlan.generate("1f1b", 4, 2, pp=2), loss, engine=sys.argv[1])
+result = runtime.step(batches, step_tokens=4)
+stats = {f"{runtime.stages[s].first + k}": [int(l.bn.num_batches_tracked), [float(v) for v in l.bn.running_mean]]
+         for s in runtime.stage_ids for k, l in enumerate(runtime.stages[s].layers) if hasattr(l, "bn")}
+print("RESULT " + json.dumps({"engine": runtime.engine, "loss": result.loss, "stats": stats}), flush=True)
+if sys.argv[1] == "torch":
+    try:
+        runtime.step([dict(b, pixels=torch.zeros(0, 4)) for b in batches], step_tokens=4)
+        print("REFUSAL accepted", flush=True)
+    except ValueError as e:
+        print("REFUSAL " + str(e), flush=True)
+runtime.close()
+fr.end_rank()  # past gloo's teardown, which can abort a rank after its work is done
+"""
+
+
+@pytest.mark.parametrize("engine", ["torch", "executor"])
+def test_stage_inputs_of_token_ids_run_and_each_forward_counts_once(engine, tmp_path):
+    # torch.distributed.pipelining inferred its stages' shapes by running every stage after the first on
+    # uninitialised inputs: token ids passed between stages indexed an embedding out of range, and the extra
+    # forward counted in BatchNorm's statistics. The runtime gives it the shapes from a forward of real data.
+    script = tmp_path / "stage_inputs.py"
+    script.write_text(STAGE_INPUTS)
+
+    def results(*args, processes):
+        cmd = ([sys.executable, str(script)] if processes == 1 else
+               [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+                str(script)])
+        done = subprocess.run(cmd + list(args), cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        lines = done.stdout.replace("RESULT ", "\nRESULT ").replace("REFUSAL ", "\nREFUSAL ").split("\n")
+        return ([json.loads(line[len("RESULT "):]) for line in lines if line.startswith("RESULT ")],
+                [line[len("REFUSAL "):] for line in lines if line.startswith("REFUSAL ")])
+
+    (one,), _ = results("one", processes=1)
+    ranks, refusals = results(engine, processes=2)
+    assert len(ranks) == 2
+    stats = {}
+    for r in ranks:
+        assert r["engine"] == engine
+        assert r["loss"] == pytest.approx(one["loss"], rel=1e-5)
+        stats.update(r["stats"])
+    assert sorted(stats) == sorted(one["stats"])
+    for layer, (batches_tracked, mean) in stats.items():
+        assert batches_tracked == one["stats"][layer][0] == 2  # one forward of each micro-batch
+        assert mean == pytest.approx(one["stats"][layer][1], rel=1e-5, abs=1e-7)
+    if engine == "torch":  # an entry torch cannot split into micro-batches is named, not a crash inside torch
+        assert len(refusals) == 2, refusals
+        assert all("engine 'torch' splits every batch entry along its first dimension, but 'pixels' is a tensor of "
+                   "no rows, (0, 4)" in r for r in refusals), refusals

@@ -13,6 +13,20 @@ from fulcrum.runtime.encoder import EncoderLayout
 PlanSource = Union[str, os.PathLike, Mapping[str, Any], "RuntimePlan"]
 
 
+def parse_document(document: Union[str, Mapping[str, Any]], where: str) -> dict:
+    """A schedule or plan as a dict: parsed from text (ValueError naming ``where`` and the place of malformed
+    JSON) or copied from a mapping."""
+    if not isinstance(document, str):
+        return dict(document)
+    try:
+        doc = json.loads(document)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
 def read_schedule(source, from_json):
     """``from_json(document)`` of parsed JSON, or ``from_json(text, path)`` of the file ``source`` names (its path
     then names it in errors)."""
@@ -72,7 +86,7 @@ class RuntimePlan:
     def from_json(cls, document: Union[str, Mapping[str, Any]], where: str = "plan") -> "RuntimePlan":
         """From a schedule (``fulcrum simulate --save-schedule``) or a plan (``fulcrum plan --out``) holding one,
         as text or parsed JSON. The schedule is validated by the core first (ValueError naming ``where``)."""
-        doc = json.loads(document) if isinstance(document, str) else dict(document)
+        doc = parse_document(document, where)
         schedule = doc.get("schedule", doc) if doc.get("kind") != "schedule" else doc
         if not isinstance(schedule, Mapping) or schedule.get("kind") != "schedule":
             raise ValueError(f"{where}: neither a schedule nor a plan holding one")

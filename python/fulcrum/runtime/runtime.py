@@ -240,6 +240,10 @@ class Runtime:
         if requested == "ddp" and natural != "ddp":
             raise ValueError("engine 'ddp' runs plans without a pipeline")
         if requested == "torch" and natural != "torch":
+            if natural == "ddp":
+                raise ValueError("engine 'torch' runs pipelines; this plan has none: run it on 'ddp' (or 'executor')")
+            if p.encoder is not None:
+                raise ValueError("engine 'torch' cannot run the encoders in the LLM's bubbles: run it on 'executor'")
             raise ValueError(f"no public torch.distributed.pipelining schedule runs this plan's {p.pipeline} order")
         return requested
 
@@ -248,15 +252,9 @@ class Runtime:
         if self.engine == "ddp":
             self._wrap_ddp()
         elif self.engine == "torch":
-            from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-
-            self._torch_shapes = None  # the first step's micro-batch shapes, which PipelineStage keeps
-
-            (s,) = self.stage_ids
-            self._pipe_stage = PipelineStage(self.stages[s], s, p.pp, self.device, group=self._pp_group)
-            cls = ScheduleGPipe if p.pipeline == "gpipe" else Schedule1F1B
-            self._schedule = cls(self._pipe_stage, p.micro_batches, loss_fn=self._scaled_loss, scale_grads=False)
-            self._instrument_pipeline_stage(s)
+            # Made at the first step, from its micro-batches' shapes, which PipelineStage keeps.
+            self._torch_shapes = None
+            self._pipe_stage = self._schedule = None
         else:
             peers = {q: q * p.dp + self.dp_rank for q in range(p.pp)}
             self._reduced_at = self._gradient_owners()
@@ -289,6 +287,61 @@ class Runtime:
                 return allreduce_hook(state, bucket)
 
             self._module.register_comm_hook(self._dp_group, hook)
+
+    def _build_torch_pipeline(self, micro_batch) -> None:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        p = self.plan
+        (s,) = self.stage_ids
+        inputs, outputs = self._stage_example_args(micro_batch)
+        self._pipe_stage = PipelineStage(self.stages[s], s, p.pp, self.device, input_args=inputs, output_args=outputs,
+                                         group=self._pp_group)
+        cls = ScheduleGPipe if p.pipeline == "gpipe" else Schedule1F1B
+        self._schedule = cls(self._pipe_stage, p.micro_batches, loss_fn=self._scaled_loss, scale_grads=False)
+        self._instrument_pipeline_stage(s)
+
+    def _stage_example_args(self, micro_batch):
+        """This rank's stage's example inputs and outputs for PipelineStage, from a forward of ``micro_batch``
+        through the pipeline in turn: its inputs received from the stage before, its outputs sent to the next.
+        Without them PipelineStage infers them itself, running every stage after the first on uninitialised
+        inputs (token ids out of an embedding's range) and counting that forward in BatchNorm's statistics and
+        the random number generators. Here the stage's buffers and the generators are put back as they were."""
+        p = self.plan
+        (s,) = self.stage_ids
+        stage = self.stages[s]
+
+        def peer(q: int) -> int:  # the global rank of pipeline rank q of this replica
+            return q * p.dp + self.dp_rank
+
+        received = ()
+        if s > 0:
+            metas = [None]
+            dist.recv_object_list(metas, src=peer(s - 1), group=self._pp_group, device=self.device)
+            tensors = []
+            for shape, dtype, requires_grad in metas[0]:
+                t = torch.empty(shape, dtype=dtype, device=self.device)
+                dist.recv(t, src=peer(s - 1), group=self._pp_group)
+                tensors.append(t.requires_grad_(requires_grad))
+            received = tuple(tensors)
+        buffers = [(b, b.detach().clone()) for b in stage.buffers()]
+        cpu_rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        try:
+            out = stage(*received, **micro_batch)
+        finally:
+            with torch.no_grad():
+                for b, saved in buffers:
+                    b.copy_(saved)
+            torch.set_rng_state(cpu_rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state(cuda_rng, self.device)
+        outputs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if s < p.pp - 1:
+            dist.send_object_list([[(tuple(t.shape), t.dtype, t.requires_grad) for t in outputs]], dst=peer(s + 1),
+                                  group=self._pp_group, device=self.device)
+            for t in outputs:
+                dist.send(t.detach().contiguous(), dst=peer(s + 1), group=self._pp_group)
+        return received, outputs
 
     def _instrument_pipeline_stage(self, s: int):
         stage, timeline = self._pipe_stage, self.timeline
@@ -483,6 +536,16 @@ class Runtime:
     def _step_torch(self, micro_batches):
         batch = {}
         for k in micro_batches[0]:
+            # torch.distributed.pipelining splits the step's batch back into micro-batches along the first
+            # dimension of every entry.
+            for mb in micro_batches:
+                v = mb[k]
+                if not isinstance(v, torch.Tensor) or v.dim() == 0 or v.shape[0] == 0:
+                    what = (f"a {type(v).__name__}" if not isinstance(v, torch.Tensor)
+                            else "a 0-dimensional tensor" if v.dim() == 0 else f"a tensor of no rows, {tuple(v.shape)}")
+                    raise ValueError(f"engine 'torch' splits every batch entry along its first dimension, but {k!r} "
+                                     f"is {what}: give it rows, or use engine='executor', which passes entries as "
+                                     "they are")
             shapes = {tuple(mb[k].shape) for mb in micro_batches}
             if len(shapes) != 1:
                 raise ValueError(f"pipeline micro-batches need equal shapes, but {k!r} has {sorted(shapes)}: pack "
@@ -499,6 +562,8 @@ class Runtime:
             raise ValueError(f"engine 'torch' fixed the micro-batches' shapes at its first step, but {changed!r} was "
                              f"{self._torch_shapes.get(changed)} and is now {shapes.get(changed)}: keep the caps for "
                              "the whole run, or use engine='executor', which takes each step's shapes")
+        if self._pipe_stage is None:
+            self._build_torch_pipeline(micro_batches[0])
         if self._pipe_stage.is_last:
             losses = []
             self._schedule.step(target=batch[self.labels_key], losses=losses, return_outputs=False, **batch)

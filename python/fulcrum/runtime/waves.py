@@ -26,7 +26,7 @@ from fulcrum import _core
 from fulcrum.runtime.coverage import warn_parameters_outside
 from fulcrum.runtime.device import device_of, refuse_untagged_backend
 from fulcrum.runtime.executor import _HEADER, _buffers, message_parts
-from fulcrum.runtime.plan import read_schedule
+from fulcrum.runtime.plan import parse_document, read_schedule
 from fulcrum.runtime.replicas import broadcast_from, destroy_groups
 from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
 
@@ -74,7 +74,7 @@ class WavePlan:
     @classmethod
     def from_json(cls, document: Union[str, Mapping[str, Any]], where: str = "schedule") -> "WavePlan":
         """From a schedule's text or parsed JSON; validated by the core first (ValueError naming ``where``)."""
-        doc = json.loads(document) if isinstance(document, str) else dict(document)
+        doc = parse_document(document, where)
         if doc.get("kind") != "schedule" or "tasks" not in doc:
             raise ValueError(f"{where}: not a multitask schedule (fulcrum multitask --save-schedule)")
         _core.check_schedule(json.dumps(doc), where)
