@@ -8,14 +8,15 @@
 #include "fulcrum/core/error.h"
 
 namespace fulcrum {
+namespace {
 
-nlohmann::json parse_json_document(std::string_view text, const std::string& file, RepeatedKeys repeated) {
+template <typename Json>
+Json parse_document(std::string_view text, const std::string& file, RepeatedKeys repeated) {
   // The keys of each object open on the way down, so that a key given twice is refused: the parser would keep the
   // last silently, and a setting (or a dataset in a meta index) written first would be lost without a word.
   std::vector<std::set<std::string>> open_objects;
-  const nlohmann::json::parser_callback_t check = [&](int depth, nlohmann::json::parse_event_t event,
-                                                      nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
+  const typename Json::parser_callback_t check = [&](int depth, typename Json::parse_event_t event, Json& parsed) {
+    using Event = typename Json::parse_event_t;
     // The parser does not recurse, but copying and writing a value do, once a level: past the stack at a few
     // hundred thousand levels.
     if ((event == Event::object_start || event == Event::array_start) && depth >= kMostJsonDepth) {
@@ -26,14 +27,14 @@ nlohmann::json parse_json_document(std::string_view text, const std::string& fil
       open_objects.emplace_back();
     } else if (event == Event::object_end) {
       open_objects.pop_back();
-    } else if (event == Event::key && !open_objects.back().insert(parsed.get<std::string>()).second) {
+    } else if (event == Event::key && !open_objects.back().insert(parsed.template get<std::string>()).second) {
       throw InputError(fmt::format("{}: key '{}' appears twice in one object", file,
-                                   parsed.get<std::string>().substr(0, 60)));
+                                   parsed.template get<std::string>().substr(0, 60)));
     }
     return true;
   };
   try {
-    return nlohmann::json::parse(text, check);
+    return Json::parse(text, check);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("{}: malformed JSON at byte {}", file, e.byte));
   } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
@@ -44,6 +45,17 @@ nlohmann::json parse_json_document(std::string_view text, const std::string& fil
     }
     throw InputError(fmt::format("{}: malformed JSON ({})", file, what));
   }
+}
+
+}  // namespace
+
+nlohmann::json parse_json_document(std::string_view text, const std::string& file, RepeatedKeys repeated) {
+  return parse_document<nlohmann::json>(text, file, repeated);
+}
+
+nlohmann::ordered_json parse_ordered_json_document(std::string_view text, const std::string& file,
+                                                   RepeatedKeys repeated) {
+  return parse_document<nlohmann::ordered_json>(text, file, repeated);
 }
 
 }  // namespace fulcrum

@@ -18,6 +18,10 @@ enum class RepeatedKeys { kRefuse, kLastWins };
 inline constexpr int kMostJsonDepth = 256;
 nlohmann::json parse_json_document(std::string_view text, const std::string& file,
                                    RepeatedKeys repeated = RepeatedKeys::kRefuse);
+// The same with each object's keys in the order the file gives them (nlohmann::json sorts them): for a document
+// whose order means something, a meta index's entries, whose concatenation numbers the samples.
+nlohmann::ordered_json parse_ordered_json_document(std::string_view text, const std::string& file,
+                                                   RepeatedKeys repeated = RepeatedKeys::kRefuse);
 
 }  // namespace fulcrum
 

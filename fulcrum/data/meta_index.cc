@@ -71,12 +71,13 @@ void append_source(LoadedData& loaded, const MetaEntry& entry, const std::string
 }  // namespace
 
 std::vector<MetaEntry> parse_meta_index(std::string_view text, const std::string& file) {
-  const nlohmann::json index = parse_json_document(text, file);
+  // In the file's order: the entries' concatenation numbers the samples, as the training code's dataset does.
+  const nlohmann::ordered_json index = parse_ordered_json_document(text, file);
   if (!index.is_object()) throw InputError(fmt::format("{}: a meta index must be a JSON object", file));
   std::vector<MetaEntry> entries;
   for (const auto& item : index.items()) {
     const std::string& name = item.key();
-    const nlohmann::json& value = item.value();
+    const nlohmann::ordered_json& value = item.value();
     auto fail = [&](std::string_view what) {
       throw InputError(fmt::format("{}: entry '{}': {}", file, name, what));
     };

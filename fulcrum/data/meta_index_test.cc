@@ -57,6 +57,23 @@ TEST_F(MetaIndexTest, ResolvesAgainstIndexFolderThenRoot) {
   EXPECT_TRUE(loaded.missing.empty());
 }
 
+// The entries in the order the file gives them, not their names' (the JSON library's objects sort their keys): the
+// training code's dataset concatenates them in file order, and every id would otherwise get another sample's lengths.
+TEST_F(MetaIndexTest, IdsFollowTheFilesOrderNotTheNames) {
+  write("idx/meta.json", R"({"zeta": {"token_lengths": "b.jsonl"}, "alpha": {"token_lengths": "lengths/a.json"}})");
+  LoadedData loaded = load_dataset((dir_ / "idx/meta.json").string(), options());
+  ASSERT_EQ(loaded.dataset.size(), 5u);
+  EXPECT_EQ(loaded.dataset.tokens(0), 7u);  // zeta's one record first
+  EXPECT_EQ(loaded.dataset.tokens(1), 10u);
+  ASSERT_EQ(loaded.dataset.sources().size(), 2u);
+  EXPECT_EQ(loaded.dataset.sources()[0].name, "zeta");
+  EXPECT_EQ(loaded.dataset.sources()[1].first_id, 1u);
+  const std::vector<MetaEntry> entries = parse_meta_index(R"({"z": {"token_lengths": "z"}, "a": {"token_lengths":
+                                                              "a"}, "m": {"token_lengths": "m"}})", "i.json");
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].name + entries[1].name + entries[2].name, "zam");
+}
+
 TEST_F(MetaIndexTest, MissingEntryIsReportedAndSkipped) {
   write("idx/meta.json", R"({"gone": {"token_lengths": "nowhere.json"}, "b": {"token_lengths": "b.jsonl"}})");
   LoadedData loaded = load_dataset((dir_ / "idx/meta.json").string(), options());

@@ -502,3 +502,19 @@ def test_isf_on_patch_tokens_needs_a_vision_cap_or_the_search():
         sampler = fulcrum.BalancedBatchSampler(tokens=tokens, vision_tokens=vision, algo="isf", rank=0, world_size=1,
                                                **kwargs)
         assert sorted(i for batch in sampler for i in batch) == list(range(400)), kwargs
+
+
+def test_a_meta_indexs_entries_number_the_samples_in_the_files_order(tmp_path):
+    # The training code's dataset concatenates the index's entries as the file lists them; the JSON library sorted
+    # them by name, which gave every id another sample's lengths, and the loss normalisation another token count.
+    (tmp_path / "zeta.jsonl").write_text('{"vit_num": 0, "token_num": 111}\n{"vit_num": 0, "token_num": 112}\n')
+    (tmp_path / "alpha.jsonl").write_text('{"vit_num": 0, "token_num": 999}\n')
+    (tmp_path / "meta.json").write_text('{"zeta": {"token_lengths": "zeta.jsonl"}, '
+                                        '"alpha": {"token_lengths": "alpha.jsonl"}}')
+    sampler = fulcrum.BalancedBatchSampler(str(tmp_path / "meta.json"), rank=0, world_size=1, batch_size=1)
+    assert [s["name"] for s in sampler.dataset.sources] == ["zeta", "alpha"]
+    tokens = {}
+    for micro_batch in sampler:
+        (sample,) = micro_batch
+        tokens[sample] = micro_batch.info.step_tokens
+    assert tokens == {0: 111, 1: 112, 2: 999}
