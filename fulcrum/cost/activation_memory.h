@@ -15,6 +15,10 @@ struct TensorSharding {
   int tp = 1;
   bool sequence_parallel = false;
   int cp = 1;
+  // A tensor- (or context-) parallel group of at most a node's devices placed across a node boundary: its
+  // collectives run at the network's rate, not NVLink's (a multitask slice placed where no block of a node was
+  // free).
+  bool across_nodes = false;
 };
 
 // Bytes a transformer block keeps from its forward for its backward, on one device, following Korthikanti et

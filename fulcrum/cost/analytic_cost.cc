@@ -38,15 +38,17 @@ double AnalyticCost::compute_seconds(double flops, double peak_flops_per_second,
                   memory_bytes / (cluster_.device.memory_bytes_per_second * efficiency_.memory));
 }
 
-double AnalyticCost::link_bytes_per_second(int group) const {
+double AnalyticCost::link_bytes_per_second(int group, bool across_nodes) const {
   const DeviceSpec& d = cluster_.device;
   // NVLink's quoted rate counts both directions; a ring sends one way.
-  return group <= d.devices_per_node ? d.intra_node_bytes_per_second / 2 : d.inter_node_bytes_per_second;
+  return group <= d.devices_per_node && !across_nodes ? d.intra_node_bytes_per_second / 2
+                                                      : d.inter_node_bytes_per_second;
 }
 
-double AnalyticCost::collective_seconds(double bytes_sent, int group) const {
+double AnalyticCost::collective_seconds(double bytes_sent, int group, bool across_nodes) const {
   if (group <= 1) return 0;
-  return efficiency_.collective_latency_seconds + bytes_sent / (link_bytes_per_second(group) * efficiency_.link);
+  return efficiency_.collective_latency_seconds +
+         bytes_sent / (link_bytes_per_second(group, across_nodes) * efficiency_.link);
 }
 
 namespace {
@@ -63,6 +65,7 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
   const int tp = std::max(1, work.sharding.tp);
   const bool sp = work.sharding.sequence_parallel && tp > 1;
   const int cp = std::max(1, work.sharding.cp);
+  const bool across = work.sharding.across_nodes;
   const double t = static_cast<double>(work.batch.tokens) / cp;  // this device's tokens
   const double element_bytes = activation_element_bytes(work.dtype);  // activations and communication
   const double in_bytes = matmul_input_bytes(work.dtype);             // matmul weights and inputs
@@ -90,7 +93,7 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
   };
   auto add_collective = [&](const std::string& name, double bytes_sent) {
     if (tp <= 1) return;
-    Kernel k{name, Kernel::Kind::kCommunication, 0, 0, bytes_sent, collective_seconds(bytes_sent, tp), 1};
+    Kernel k{name, Kernel::Kind::kCommunication, 0, 0, bytes_sent, collective_seconds(bytes_sent, tp, across), 1};
     out.seconds += k.seconds;
     out.kernels.push_back(std::move(k));
   };
@@ -124,7 +127,7 @@ LayerCost AnalyticCost::layer_cost(const LayerWork& work) const {
     if (cp <= 1) return;
     const double steps = cp - 1;
     const double step_seconds = efficiency_.collective_latency_seconds +
-                                block_bytes / (link_bytes_per_second(tp * cp) * efficiency_.link);
+                                block_bytes / (link_bytes_per_second(tp * cp, across) * efficiency_.link);
     Kernel k{name, Kernel::Kind::kCommunication, 0, 0, steps * block_bytes, steps * step_seconds, cp - 1};
     out.seconds += k.seconds;
     out.kernels.push_back(std::move(k));

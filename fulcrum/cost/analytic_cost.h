@@ -67,9 +67,10 @@ class AnalyticCost : public CostModel {
 
  private:
   double compute_seconds(double flops, double peak_flops_per_second, double memory_bytes, double efficiency) const;
-  // One direction of the link between the devices of a group of `group` (NVLink within a node).
-  double link_bytes_per_second(int group) const;
-  double collective_seconds(double bytes_sent, int group) const;
+  // One direction of the link between the devices of a group of `group` (NVLink within a node, unless
+  // `across_nodes`).
+  double link_bytes_per_second(int group, bool across_nodes) const;
+  double collective_seconds(double bytes_sent, int group, bool across_nodes) const;
 
   ClusterSpec cluster_;
   DeviceEfficiency efficiency_;

@@ -15,7 +15,8 @@ namespace fulcrum {
 
 bool ProfileEntry::matches(const LayerSpec& l, const LayerWork& work) const {
   // Profiles are measured without context parallelism, each in one dtype; other work keeps the fallback's time.
-  if (std::max(1, work.sharding.cp) != 1 || work.dtype != dtype) return false;
+  // Profiles are measured inside a node: a group across nodes is the analytic model's.
+  if (std::max(1, work.sharding.cp) != 1 || work.dtype != dtype || work.sharding.across_nodes) return false;
   if (kind != l.kind || hidden != l.hidden || pass != work.pass || tp != std::max(1, work.sharding.tp) ||
       sequence_parallel != (work.sharding.sequence_parallel && tp > 1)) {
     return false;

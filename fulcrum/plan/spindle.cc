@@ -188,7 +188,7 @@ double inflow_seconds(const MultitaskInputs& in, const SliceInputs& sources, con
 }
 
 // Tensor-parallel groups (tp consecutive devices of `count`, the k-th being id_at(k)) that span two nodes: their
-// layer collectives would cross the network, which neither the curves nor the simulator charge.
+// layer collectives cross the network, which the simulator charges and the curves (priced inside a node) do not.
 template <typename IdAt>
 int split_groups(int count, int tp, int per_node, IdAt id_at) {
   int split = 0;

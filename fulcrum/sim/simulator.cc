@@ -476,18 +476,6 @@ class Simulator {
       if (sl.tp > 1 && (heads == 0 || heads % sl.tp != 0 || (kv % sl.tp != 0 && sl.tp % kv != 0))) {
         fail("slice {}: tensor parallelism {} does not divide the heads of component '{}'", i, sl.tp, c.name);
       }
-      // The cost model prices a tensor-parallel group of at most a node over NVLink, a wider one over whole nodes.
-      const int per_node = std::max(1, cluster_.device.devices_per_node);
-      for (size_t k = 0; sl.tp > 1 && k + static_cast<size_t>(sl.tp) <= sl.devices.size(); k += sl.tp) {
-        const int first = sl.devices[k], last = sl.devices[k + sl.tp - 1];
-        const bool inside = sl.tp <= per_node ? first / per_node == last / per_node
-                                              : first % per_node == 0 && last - first + 1 == sl.tp;
-        if (!inside) {
-          fail("slice {}: its tensor-parallel group of devices {} to {} {}, where its collectives cannot run at the "
-               "rate they are priced at ({} devices a node)",
-               i, first, last, sl.tp <= per_node ? "crosses a node boundary" : "is not whole nodes", per_node);
-        }
-      }
     }
     for (size_t g = 0; g < s_.tasks.sync_groups.size(); ++g) {
       for (const auto& [component, layer] : s_.tasks.sync_groups[g].layers) {
@@ -680,6 +668,18 @@ class Simulator {
     return out;
   }
 
+  // Whether a slice's tensor-parallel groups of at most a node's devices (tp consecutive ones of its sorted
+  // devices each) lie across a node boundary: placed where no block of a node was free, they run their collectives
+  // at the network's rate. A wider group is priced over the network already.
+  bool tensor_parallel_across_nodes(const TaskSlice& sl) const {
+    const int per_node = std::max(1, cluster_.device.devices_per_node);
+    if (sl.tp <= 1 || sl.tp > per_node) return false;
+    for (size_t k = 0; k + static_cast<size_t>(sl.tp) <= sl.devices.size(); k += static_cast<size_t>(sl.tp)) {
+      if (sl.devices[k] / per_node != sl.devices[k + sl.tp - 1] / per_node) return true;
+    }
+    return false;
+  }
+
   void build_slices() {
     for (const TaskSlice& sl : s_.tasks.slices) {
       SliceCost cost;
@@ -689,6 +689,7 @@ class Simulator {
       TensorSharding sharding;
       sharding.tp = sl.tp;
       sharding.sequence_parallel = sl.tp > 1;
+      sharding.across_nodes = tensor_parallel_across_nodes(sl);
       int64_t width = 0;
       for (int64_t l = sl.first_layer; l < int64_t{sl.first_layer} + sl.layers; ++l) {
         const int64_t flat = first_layer_of(sl.component) + l;
