@@ -229,12 +229,14 @@ void run_plan(const PlanOptions& o) {
     if (!request.model.has_encoder()) {
       throw InputError(fmt::format("--encoder-pp: model '{}' has no encoder", request.model.name));
     }
+    // --ablation's last step moves the encoders into the bubbles whatever the strategy.
     const bool bubbles = planned_strategy == Strategy::kOptimus ||
-                         (planned_strategy == Strategy::kFulcrum && request.encoders != EncoderSite::kStages);
+                         ((planned_strategy == Strategy::kFulcrum || o.ablation) &&
+                          request.encoders != EncoderSite::kStages);
     if (!bubbles) {
       throw InputError(fmt::format(
-          "--encoder-pp sets the encoder plan of encoders in the LLM's bubbles: --strategy optimus, or fulcrum with "
-          "--encoders best or bubbles{}",
+          "--encoder-pp sets the encoder plan of encoders in the LLM's bubbles: --strategy optimus, or fulcrum (or "
+          "--ablation) with --encoders best or bubbles{}",
           planned_strategy == Strategy::kFulcrum ? " (--export and --megatron-layout keep them in the stages)" : ""));
     }
   }
