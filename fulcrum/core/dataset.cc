@@ -18,6 +18,7 @@ std::string_view vision_unit_text(VisionUnit unit) {
 }
 
 std::string Dataset::describe_sample(uint32_t id) const {
+  if (id < original_ids_.size()) id = original_ids_[id];
   for (const DatasetSource& source : sources_) {
     if (id >= source.first_id && id - source.first_id < source.samples && source.records > 0) {
       return std::string(source.path) + ": record " + std::to_string((id - source.first_id) % source.records) +
@@ -65,9 +66,12 @@ void Dataset::repeat_range(uint32_t first, uint32_t count) {
 Dataset Dataset::subset(std::span<const uint32_t> ids) const {
   Dataset out(vision_unit_);
   out.task_names_ = task_names_;
+  out.sources_ = sources_;
   out.reserve(ids.size());
+  out.original_ids_.reserve(ids.size());
   for (uint32_t id : ids) {
     if (id >= tokens_.size()) throw InputError(fmt::format("subset: sample {} is not in a dataset of {}", id, size()));
+    out.original_ids_.push_back(id < original_ids_.size() ? original_ids_[id] : id);
     out.vision_.push_back(vision_[id]);
     out.tokens_.push_back(tokens_[id]);
     out.images_.push_back(images_[id]);
@@ -78,6 +82,7 @@ Dataset Dataset::subset(std::span<const uint32_t> ids) const {
 
 void Dataset::truncate(size_t size) {
   if (size >= tokens_.size()) return;
+  if (original_ids_.size() > size) original_ids_.resize(size);
   vision_.resize(size);
   tokens_.resize(size);
   images_.resize(size);

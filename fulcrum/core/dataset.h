@@ -68,7 +68,9 @@ class Dataset {
   void repeat_range(uint32_t first, uint32_t count);
   // Drops samples from `size` on (undoes a partly read file).
   void truncate(size_t size);
-  // The samples `ids`, in that order, as a dataset of their own (ids renumbered from 0, sources dropped).
+  // The samples `ids`, in that order, as a dataset of their own: ids renumbered from 0, while describe_sample
+  // still names each one's file, record and id in this dataset (a re-planned rest of an epoch names the sample a
+  // user's file holds, not its place in the rest).
   Dataset subset(std::span<const uint32_t> ids) const;
   void add_source(DatasetSource source) { sources_.push_back(std::move(source)); }
   // Index of a task name, added on first use; "" is 0.
@@ -82,6 +84,7 @@ class Dataset {
   std::vector<uint16_t> task_;
   std::vector<std::string> task_names_{""};
   std::vector<DatasetSource> sources_;
+  std::vector<uint32_t> original_ids_;  // a subset's samples' ids in the dataset its sources describe; else empty
 };
 
 }  // namespace fulcrum

@@ -377,11 +377,20 @@ class BalancedBatchSampler:
         data = self.dataset if remaining is None else self.dataset.subset(remaining)
         if len(data) == 0:
             return _SegmentPlan(None, None, self._loss_tokens, params)
-        core_plan = _core.plan(
-            data, algo=params.algo, dp=params.world_size, micro_batches=params.micro_batches,
-            samples_per_step=params.global_batch_size, window=params.window, vision_cap=params.vision_cap,
-            token_cap=params.token_cap, passes=params.passes, search=params.search, oversize=params.oversize,
-            drop_last=params.drop_last, seed=seed, epoch=self._epoch, cost=params.cost)
+        try:
+            core_plan = _core.plan(
+                data, algo=params.algo, dp=params.world_size, micro_batches=params.micro_batches,
+                samples_per_step=params.global_batch_size, window=params.window, vision_cap=params.vision_cap,
+                token_cap=params.token_cap, passes=params.passes, search=params.search, oversize=params.oversize,
+                drop_last=params.drop_last, seed=seed, epoch=self._epoch, cost=params.cost)
+        except _core.InputError as e:
+            # Resumed with fewer samples left than one step of the new ranks or batch size: with drop_last they are
+            # the epoch's short last step, dropped. Only a whole epoch with no step is the user's to fix.
+            if remaining is None or not params.drop_last or "leaves no step" not in str(e):
+                raise
+            empty = _SegmentPlan(None, None, self._loss_tokens, params)
+            empty.dropped = len(data)
+            return empty
         return _SegmentPlan(core_plan, remaining, self._loss_tokens, params)
 
     def _replay(self) -> _SegmentPlan:

@@ -518,3 +518,23 @@ def test_a_meta_indexs_entries_number_the_samples_in_the_files_order(tmp_path):
         (sample,) = micro_batch
         tokens[sample] = micro_batch.info.step_tokens
     assert tokens == {0: 111, 1: 112, 2: 999}
+
+
+def test_a_drop_last_resume_with_fewer_samples_left_than_a_new_step_ends_the_epoch():
+    # Resumed on twice the ranks one step before the epoch's end, the samples left fill no step of the new ranks:
+    # with drop_last they are the epoch's short last step, dropped, where the core's refusal of an epoch with no
+    # step was raised.
+    rng = np.random.default_rng(0)
+    tiles = rng.integers(0, 7, 203)
+    tokens = tiles * 256 + rng.integers(20, 1500, 203)
+    common = dict(tokens=tokens, tiles=tiles, drop_last=True, batch_size=8)
+    old = make_samplers(tokens, tiles, 2, drop_last=True, batch_size=8)
+    seen, state = run_segment(old, old[0].plan.steps - 1)
+    new = [fulcrum.BalancedBatchSampler(rank=r, world_size=4, **common) for r in range(4)]
+    for s in new:
+        s.load_state_dict(state)
+    left = len(tokens) - len(set(seen))
+    assert 0 < left < 4 * 8  # fewer than one step of the new ranks
+    assert [len(s) for s in new] == [0] * 4
+    assert all(list(s) == [] for s in new)
+    assert new[0].plan.dropped == left
