@@ -265,6 +265,7 @@ class BalancedBatchSampler:
         self._history: list[tuple[_PlanParams, int, str]] = []
         self._expect_digest: Optional[str] = None  # what a loaded state says the current segment consumed
         self._step = 0  # steps of the current segment handed out
+        self._pass_start = 0  # the step of the current segment the latest pass started from
         self._plan: Optional[_SegmentPlan] = None
         # An iteration started since the sampler was made, its epoch set or a state loaded: the next one starts
         # again from the same point, the loaded step (_start_step) or, with none, the epoch's start.
@@ -297,6 +298,7 @@ class BalancedBatchSampler:
         elif self._started:  # iterated again after a state was loaded: from the loaded step again
             self._step = self._start_step
         plan = self.plan
+        self._pass_start = self._step
         self._started = True
         self._passes += 1
         this_pass = self._passes
@@ -370,6 +372,7 @@ class BalancedBatchSampler:
         self._expect_digest = None
         self._history = []
         self._step = 0
+        self._pass_start = 0
         self._plan = None
 
     def _plan_segment(self, params: _PlanParams, remaining: Optional[np.ndarray], segment: int) -> _SegmentPlan:
@@ -432,9 +435,14 @@ class BalancedBatchSampler:
         before the one that trains must pass ``steps_done``, or the peeked steps are not trained."""
         step = self._step
         if steps_done is not None:
-            local = int(steps_done) - self._steps_before_segment()
-            if not 0 <= local <= self.plan.steps:
-                raise ValueError(f"steps_done {steps_done} is outside this epoch's steps")
+            # Between where the latest pass started and what it handed out: a count of this run's steps, or steps
+            # never handed out, would skip or repeat samples without a word.
+            offset = self._steps_before_segment()
+            local = int(steps_done) - offset
+            if not self._pass_start <= local <= self._step:
+                raise ValueError(f"steps_done {steps_done} is outside the steps this pass of epoch {self._epoch} "
+                                 f"handed out, {offset + self._pass_start} to {offset + self._step}: pass the "
+                                 "epoch's steps finished, the last trained step's info.step + 1")
             step = local
         segments = [dict(asdict(p), steps=s, digest=d) for p, s, d in self._history]
         if step > 0 or not segments:  # a segment that consumed nothing is left out: resuming needs no trace of it
@@ -466,7 +474,7 @@ class BalancedBatchSampler:
             self._history, self._step, self._expect_digest = history[:-1], last_steps, last_digest
         else:
             self._history, self._step, self._expect_digest = history, 0, None
-        self._start_step = self._step
+        self._start_step = self._pass_start = self._step
 
 
 def _digest(ids: np.ndarray) -> str:

@@ -538,3 +538,21 @@ def test_a_drop_last_resume_with_fewer_samples_left_than_a_new_step_ends_the_epo
     assert [len(s) for s in new] == [0] * 4
     assert all(list(s) == [] for s in new)
     assert new[0].plan.dropped == left
+
+
+def test_steps_done_outside_what_the_pass_handed_out_is_refused():
+    # Steps never handed out would be skipped on resume, and a count of this run's steps (not the epoch's) would
+    # train steps again: both were accepted.
+    tokens, tiles = random_lengths(300, 4)
+    kwargs = dict(tokens=tokens, tiles=tiles, rank=0, world_size=1)
+    a = fulcrum.BalancedBatchSampler(**kwargs)
+    consume(a, 3)
+    with pytest.raises(ValueError, match="steps_done 10 is outside the steps this pass of epoch 0 handed out, 0 to 3"):
+        a.state_dict(steps_done=10)
+    b = fulcrum.BalancedBatchSampler(**kwargs)
+    b.load_state_dict(a.state_dict())
+    consume(b, 2)  # resumed at step 3, trained steps 3 and 4
+    with pytest.raises(ValueError, match="handed out, 3 to 5"):
+        b.state_dict(steps_done=2)
+    assert b.state_dict(steps_done=5) == b.state_dict()
+    assert b.state_dict(steps_done=3)["segments"][-1]["steps"] == 3
