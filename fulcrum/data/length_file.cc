@@ -459,6 +459,14 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 }  // namespace
 
+std::string_view without_byte_order_mark(char* data, size_t size, std::string_view path) {
+  std::string_view text(data, size);
+  if (!text.starts_with("\xEF\xBB\xBF")) return text;
+  if (ends_with(path, ".csv")) return text.substr(3);
+  data[0] = data[1] = data[2] = ' ';
+  return text;
+}
+
 std::optional<LengthFormat> detect_length_format(std::string_view path, std::string_view text) {
   if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return LengthFormat::kJsonLines;
   if (ends_with(path, ".csv")) return LengthFormat::kCsv;
@@ -500,7 +508,7 @@ uint32_t read_length_file(const std::string& path, Dataset& dataset) {
                                                                         : "no such file"));
   }
   note_input_file(path);
-  std::string_view view(text.data(), text.size());
+  const std::string_view view = without_byte_order_mark(text.data(), text.size(), path);
   std::optional<LengthFormat> format = detect_length_format(path, view);
   if (!format) throw InputError(fmt::format("{}: a JSON object, not a length file (a meta index?)", path));
   return parse_length_records(view, *format, path, dataset);

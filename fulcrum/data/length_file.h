@@ -27,6 +27,11 @@ std::optional<LengthFormat> detect_length_format(std::string_view path, std::str
 uint32_t parse_length_records(std::string_view text, LengthFormat format, const std::string& file,
                               Dataset& dataset);
 
+// The text of a file read whole (`data`, `size` bytes, writable) without a leading UTF-8 byte order mark, which
+// spreadsheets write before CSV: a CSV file's text starts after it (its lines keep their numbers); any other's
+// mark is blanked, so that byte offsets in messages stay the file's.
+std::string_view without_byte_order_mark(char* data, size_t size, std::string_view path);
+
 // Reads a whole length file (format detected) into `dataset`.
 uint32_t read_length_file(const std::string& path, Dataset& dataset);
 

@@ -123,6 +123,31 @@ TEST(LengthFile, ReadsCsvWithHeaderInAnyOrder) {
   EXPECT_EQ(d.images(1), 1);  // empty cell: image_flags defaults to the tiles
 }
 
+// A UTF-8 byte order mark, which spreadsheets write before CSV, is not part of the first field's name; before JSON it
+// is blanked, so a malformed record's byte is still the file's.
+TEST(LengthFile, ALeadingByteOrderMarkIsSkipped) {
+  const std::string mark = "\xEF\xBB\xBF";
+  auto read = [](std::string text, const std::string& path) {
+    text += std::string(simdjson::SIMDJSON_PADDING, ' ');
+    const std::string_view view = without_byte_order_mark(text.data(), text.size() - simdjson::SIMDJSON_PADDING, path);
+    Dataset data;
+    parse_length_records(view, *detect_length_format(path, view), path, data);
+    return data;
+  };
+  const Dataset csv = read(mark + "vit_num,token_num\n2,300\n", "a.csv");
+  ASSERT_EQ(csv.size(), 1u);
+  EXPECT_EQ(csv.tokens(0), 300u);
+  const Dataset json = read(mark + R"([{"vit_num": 2, "token_num": 301}])", "a.json");
+  ASSERT_EQ(json.size(), 1u);
+  EXPECT_EQ(json.tokens(0), 301u);
+  try {
+    read(mark + R"([{"vit_num": 2, "token_num": 301}, {"vit_num" 1}])", "a.json");
+    ADD_FAILURE() << "a malformed record was read";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("record 1: malformed JSON at byte 49"));  // the file's byte, mark included
+  }
+}
+
 TEST(LengthFile, DetectsFormat) {
   EXPECT_EQ(detect_length_format("a.jsonl", "{"), LengthFormat::kJsonLines);
   EXPECT_EQ(detect_length_format("a.csv", "vit_num"), LengthFormat::kCsv);

@@ -100,14 +100,23 @@ std::vector<MetaEntry> parse_meta_index(std::string_view text, const std::string
 LoadedData load_dataset(const std::string& path, const LoadOptions& options) {
   LoadedData loaded;
   simdjson::padded_string text = read_padded(path);
-  std::string_view view(text.data(), text.size());
+  const std::string_view view = without_byte_order_mark(text.data(), text.size(), path);
   if (std::optional<LengthFormat> format = detect_length_format(path, view)) {
     const uint32_t records = parse_length_records(view, *format, path, loaded.dataset);
     if (records == 0) throw InputError(fmt::format("{}: no records", path));
     loaded.dataset.add_source({fs::path(path).filename().string(), path, 0, records, records, 1.0});
     return loaded;
   }
-  std::vector<MetaEntry> entries = parse_meta_index(view, path);
+  std::vector<MetaEntry> entries;
+  try {
+    entries = parse_meta_index(view, path);
+  } catch (const InputError& e) {
+    // A JSON Lines length file named .json reads as an index: say what it looks like.
+    const std::string_view first_line = view.substr(0, view.find('\n'));
+    if (first_line.find("\"token_num\"") == std::string_view::npos) throw;
+    throw InputError(fmt::format("{} (its first line is a length record: a JSON Lines file is named .jsonl)",
+                                 e.what()));
+  }
   text = simdjson::padded_string();  // the index is small, but free it before the length files
   const fs::path index_dir = fs::path(path).parent_path();
   for (const MetaEntry& entry : entries) {

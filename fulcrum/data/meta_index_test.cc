@@ -74,6 +74,18 @@ TEST_F(MetaIndexTest, IdsFollowTheFilesOrderNotTheNames) {
   EXPECT_EQ(entries[0].name + entries[1].name + entries[2].name, "zam");
 }
 
+// A JSON Lines length file named .json reads as an index (a JSON object): the error says what it looks like.
+TEST_F(MetaIndexTest, AJsonLinesFileNamedJsonIsNamedSo) {
+  write("idx/lines.json", "{\"vit_num\": 1, \"token_num\": 300}\n{\"vit_num\": 0, \"token_num\": 9}\n");
+  try {
+    load_dataset((dir_ / "idx/lines.json").string(), options());
+    ADD_FAILURE() << "read as an index";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("lines.json: malformed JSON at byte "));
+    EXPECT_THAT(e.what(), HasSubstr("(its first line is a length record: a JSON Lines file is named .jsonl)"));
+  }
+}
+
 TEST_F(MetaIndexTest, MissingEntryIsReportedAndSkipped) {
   write("idx/meta.json", R"({"gone": {"token_lengths": "nowhere.json"}, "b": {"token_lengths": "b.jsonl"}})");
   LoadedData loaded = load_dataset((dir_ / "idx/meta.json").string(), options());
