@@ -167,6 +167,18 @@ std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan,
           c.sharding == StateSharding::kZero2 ? "optim_grads" : "optim_grads_params");
       break;
   }
+  // Megatron checks the layout's 't' against --num-layers, and ties the LM head to the embedding unless told.
+  int64_t llm_blocks = 0;
+  bool untied_head = false;
+  for (const ComponentSpec& comp : model.components) {
+    if (comp.role != ComponentRole::kLlm) continue;
+    for (const LayerSpec& l : comp.layers) {
+      llm_blocks += l.kind == LayerKind::kTransformerBlock;
+      untied_head = untied_head || (l.kind == LayerKind::kLmHead && !l.tied_to_embedding);
+    }
+  }
+  args += fmt::format(" --num-layers {}", llm_blocks);
+  if (untied_head) args += " --untie-embeddings-and-output-weights";
   args += fmt::format(" --pipeline-model-parallel-layout \"{}\"", megatron_pipeline_layout(model, plan.schedule));
   std::string notes;
   if (c.pp > 1 && c.schedule != PipelineKind::kOneFOneB && c.schedule != PipelineKind::kInterleaved) {

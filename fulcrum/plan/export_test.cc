@@ -166,6 +166,25 @@ TEST(MegatronArguments, MixedRecomputationTakesTheNearestMegatronCanRunAndSaysWh
   EXPECT_THAT(args, HasSubstr("# 10 LLM blocks the plan recomputes selectively are counted as fully recomputed"));
 }
 
+// Megatron checks the layout's blocks against --num-layers and ties the LM head to the embedding unless told not to.
+TEST(MegatronArguments, TheLayerCountAndAnUntiedHeadAreGiven) {
+  ModelSpec model = model_preset("gpt-11b");
+  const TrainingPlan p = plan_of(model, 4, 1, partition_layers(model, 4, EncoderPlacement::kFirstStage));
+  int64_t blocks = 0;
+  LayerSpec* head = nullptr;
+  for (LayerSpec& l : model.components[0].layers) {
+    blocks += l.kind == LayerKind::kTransformerBlock;
+    if (l.kind == LayerKind::kLmHead) head = &l;
+  }
+  ASSERT_NE(head, nullptr);
+  head->tied_to_embedding = false;
+  std::string args = megatron_arguments(model, p, 256);
+  EXPECT_THAT(args, HasSubstr(fmt::format(" --num-layers {} ", blocks)));
+  EXPECT_THAT(args, HasSubstr("--untie-embeddings-and-output-weights"));
+  head->tied_to_embedding = true;
+  EXPECT_THAT(megatron_arguments(model, p, 256), ::testing::Not(HasSubstr("--untie-embeddings-and-output-weights")));
+}
+
 // Megatron-LM has no zero-bubble schedule: the arguments say the plan's schedule is not the one it runs.
 TEST(MegatronArguments, AScheduleMegatronDoesNotRunIsNamed) {
   const ModelSpec model = model_preset("gpt-11b");
