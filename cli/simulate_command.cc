@@ -427,7 +427,7 @@ std::function<void()> add_simulate_command(CLI::App& app) {
   cmd->add_option("--profile", o->profile, "Profile table JSON: measured times for the layer passes it covers");
   cmd->add_option("--dtype", o->dtype, "Number format of every layer: bf16 | fp16 | fp8 | fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp8", "fp32"}))->capture_default_str();
-  cmd->add_option("--trace", o->trace, "Write the first step's timeline as Chrome trace JSON");
+  cmd->add_option("--trace", o->trace, "Write the first simulated step's timeline, of its critical replica, as Chrome trace JSON");
   cmd->add_option("--save-schedule", o->save_schedule, "Write the generated schedule as JSON");
   cmd->add_option("--load-schedule", o->load_schedule,
                   "Simulate this schedule JSON instead of generating one (its layout replaces --dp/--tp/--pp/--vpp)");

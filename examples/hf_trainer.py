@@ -84,7 +84,8 @@ def main():
     p.add_argument("--micro-batches", type=int, default=2)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--output-dir", default=None)
-    p.add_argument("--report", help="each rank writes the micro-batches it trained on to REPORT.rank<r>.json")
+    p.add_argument("--report", help="each rank writes the micro-batches its loader fetched to REPORT.rank<r>.json: "
+                                    "those it trained on, and at most one fetched ahead")
     args = p.parse_args()
     torch.set_num_threads(1)
 

@@ -150,10 +150,12 @@ class WindowBalancer {
   }
 
   InputError no_room(int64_t window_index, const Item& item) const {
+    auto cap = [](int64_t c) { return c > 0 ? fmt::to_string(c) : std::string("no cap"); };
     return InputError(fmt::format(
-        "window {}: sample {} (vision {}, tokens {}) fits in none of its {} micro-batches under the caps "
-        "(vision {}, tokens {}); raise the caps or the micro-batches per rank, or lower the samples per step",
-        window_index, item.id, item.vision, item.tokens, bin_count_, params_.vision_cap, params_.token_cap));
+        "window {}: {} (vision {}, tokens {}) fits in none of its {} micro-batches under the caps (vision {}, "
+        "tokens {}); raise the caps or the micro-batches per rank, or lower the samples per step",
+        window_index, data_.describe_sample(item.id), item.vision, item.tokens, bin_count_, cap(params_.vision_cap),
+        cap(params_.token_cap)));
   }
 
   bool load_fits(const MicroBatchLoad& load) const {
