@@ -1555,6 +1555,26 @@ TEST_F(Cli, MultitaskRefusesASavedScheduleWhoseDataDoesNotFlowAsItsTasksSay) {
   }
 }
 
+// A task whose every component is frozen trains nothing: planned and timed as asked, with a warning saying so.
+TEST_F(Cli, MultitaskWarnsOfATaskThatTrainsNothing) {
+  const Result model = run("model --model llava-1.5-7b --json --trainable projector");
+  ASSERT_EQ(model.status, 0) << model.err;
+  const nlohmann::json tasks{{"fulcrum", 1}, {"kind", "tasks"}, {"name", "mixed"},
+                             {"model", nlohmann::json::parse(model.out)},
+                             {"tasks", {{{"name", "vl"}, {"batch", 16}, {"nodes", {
+                                            {{"name", "v"}, {"component", "vision"}, {"tokens", 577}},
+                                            {{"name", "p"}, {"component", "projector"}, {"tokens", 576},
+                                             {"inputs", {"v"}}}}}},
+                                        {{"name", "text"}, {"batch", 16}, {"nodes", {
+                                            {{"name", "l"}, {"component", "llm"}, {"tokens", 512}}}}}}}};
+  const std::string file = write("mixed.json", tasks.dump());
+  const Result r = run("multitask --tasks " + file + " --cluster a800:8 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("mixed.json: task 'text' trains nothing (every component it runs is frozen)"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("task 'vl'"), std::string::npos) << r.err;
+}
+
 // A saved schedule simulated again gives the iteration the plan reported for it, and moves with the costs it is
 // timed under: what a measured run of it is compared against when the costs were measured after it was planned.
 TEST_F(Cli, MultitaskSimulatesASavedSchedule) {

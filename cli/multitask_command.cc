@@ -304,6 +304,17 @@ void run(const MultitaskOptions& o) {
                      "--zero and --bucket-mb plan one");
   }
   const TaskGraph graph = load_task_graph(o.tasks);
+  // A task whose every component is frozen computes a forward that trains nothing: planned as asked, but said.
+  for (const Task& task : graph.tasks) {
+    const bool trains = std::any_of(task.nodes.begin(), task.nodes.end(), [&](const TaskNode& n) {
+      return graph.model.components[n.component].trainable;
+    });
+    if (!trains) {
+      warnings() << fmt::format("fulcrum: warning: {}: task '{}' trains nothing (every component it runs is "
+                                "frozen); its forward is planned and timed all the same\n",
+                                o.tasks, task.name);
+    }
+  }
   const ClusterSpec cluster = load_cluster(o.cluster);
   const Dtype dtype = training_dtype(o.dtype, cluster);
   std::optional<ProfileTable> profile;
