@@ -228,16 +228,17 @@ std::string megatron_arguments(const ModelSpec& model, const TrainingPlan& plan,
     if (any_none) {
       int64_t kept = 0;
       for (size_t i = 0; i < llm_block.size(); ++i) kept += llm_block[i] && s.recompute[i] == Recompute::kNone;
-      notes += fmt::format("# {} LLM blocks the plan does not recompute are recomputed selectively too (Megatron "
-                           "takes one recomputation for every block)\n", kept);
+      notes += fmt::format("# {} LLM block{} the plan does not recompute {} recomputed selectively too (Megatron "
+                           "takes one recomputation for every block)\n", kept, kept == 1 ? "" : "s",
+                           kept == 1 ? "is" : "are");
     }
   } else if (any_full || any_selective) {
     if (any_selective) {
       int64_t selective = 0;
       for (size_t i = 0; i < llm_block.size(); ++i) selective += llm_block[i] && s.recompute[i] == Recompute::kSelective;
-      notes += fmt::format("# {} LLM blocks the plan recomputes selectively are counted as fully recomputed (Megatron "
-                           "takes one recomputation granularity: more time than planned, never more memory)\n",
-                           selective);
+      notes += fmt::format("# {} LLM block{} the plan recomputes selectively {} counted as fully recomputed "
+                           "(Megatron takes one recomputation granularity: more time than planned, never more "
+                           "memory)\n", selective, selective == 1 ? "" : "s", selective == 1 ? "is" : "are");
     }
     const int64_t most = *std::max_element(per_rank.begin(), per_rank.end());
     args += fmt::format(" --recompute-granularity full --recompute-method block --recompute-num-layers {}", most);
