@@ -208,7 +208,8 @@ ComponentSpec clip_from(const Keys& k, const std::string& name) {
 }
 
 // Qwen2-VL / Qwen2.5-VL vision towers: dynamic resolution, 2-frame 14-px patches, rotary positions, and a
-// merger (norm + two linears over 2×2 merged tokens) to the LLM's width.
+// merger to the LLM's width. The merger's norm (ln_q) runs over each patch token before 2×2 tokens are joined,
+// so it is the tower's final norm at the tower's width; the projector is the two linears over merged tokens.
 void add_qwen_vision(ModelSpec& m, const Keys& v, bool v2_5, int64_t llm_hidden) {
   VitShape s;
   s.layers = v.layers("depth", 32);
@@ -220,6 +221,7 @@ void add_qwen_vision(ModelSpec& m, const Keys& v, bool v2_5, int64_t llm_hidden)
   s.learned_positions = false;
   s.dynamic_resolution = true;
   s.patch_bias = false;
+  s.final_norm = true;
   int64_t out_width;
   if (v2_5) {
     s.hidden = v.size("hidden_size", 1280);
@@ -242,7 +244,7 @@ void add_qwen_vision(ModelSpec& m, const Keys& v, bool v2_5, int64_t llm_hidden)
   vision.merge = merge_side * merge_side;
   const int64_t merged = s.hidden * vision.merge;
   m.components.push_back(std::move(vision));
-  m.components.push_back(mlp_projector("projector", {merged, merged, out_width, 2, s.norm, true}));
+  m.components.push_back(mlp_projector("projector", {merged, merged, out_width, 2, NormKind::kNone, true}));
 }
 
 ModelSpec from_config(const Keys& root, const std::string& name) {

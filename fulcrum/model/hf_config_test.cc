@@ -67,6 +67,10 @@ TEST(HfConfig, QuirksOfTheRealFiles) {
   EXPECT_EQ(qwen7.find("vision")->merge, 4);
   EXPECT_EQ(qwen7.find("vision")->tokens_per_item, 0);  // dynamic resolution
   EXPECT_EQ(qwen7.find("llm")->kv_heads(), 4);
+  // The merger's norm runs over each 1,280-wide patch token before four are joined: the checkpoints' exact sizes
+  // (Hugging Face's counts of Qwen2-VL-7B-Instruct and Qwen2-VL-2B-Instruct) hold only with it at that width.
+  EXPECT_EQ(qwen7.parameters(), 8'291'375'616);
+  EXPECT_EQ(read_hf_config(config_path("qwen2_vl_2b_instruct.config.json")).parameters(), 2'208'985'600);
 
   // InternViT-6B's file has no norm_type: RMSNorm, the 6B tower's default. InternVL2-1B's says layer_norm.
   EXPECT_EQ(read_hf_config(config_path("internvit_6b_448px_v1_5.config.json")).components[0].layers[1].norm,
