@@ -246,6 +246,13 @@ TEST_F(Cli, BadInputTable) {
        "--baseline-config 8,1,1,1,1 --quiet --out {out}",
        "--baseline-config pins megatron, balanced and optimus's LLM plan; --strategy fulcrum with --no-baselines "
        "plans none of them"},
+      {"plan_optimus_megatron_layout", "", "plan --model vit-3b+gpt-11b --cluster a100:8 --gbs 8 --strategy optimus "
+       "--megatron-layout --quiet --out {out}", "--megatron-layout keeps the encoders in the first stage"},
+      {"plan_optimus_pinned_twice", "", "plan --model vit-3b+gpt-11b --cluster a100:8 --gbs 8 --strategy optimus "
+       "--config 1,2,4,1,2 --baseline-config 2,1,4,1,2 --quiet --out {out}",
+       "--config and --baseline-config both pin --strategy optimus's LLM plan: give one"},
+      {"report_root_without_data", "", "report --plan plan.json --root data --out {out}",
+       "--root applies to --data"},
       {"simulate_kind_a_number", R"({"kind": 5})",
        "simulate --model gpt-11b --cluster a100:8 --gbs 8 --load-schedule {file}", "schedule: missing key \"fulcrum\""},
       {"report_without_request", R"({"kind": "plan", "strategy": "fulcrum"})", "report --plan {file} --out {out}",
@@ -257,8 +264,8 @@ TEST_F(Cli, BadInputTable) {
        R"({"kind": "plan", "strategy": "optimus", "command": "c", "request": {"model": "gpt-11b", "cluster": "a100:8",
            "dtype": "bf16", "profile": "", "data": "", "root": ".", "gbs": 8, "image_tokens": 0, "seed": 0},
            "plan": {"batcher": "random", "micro_batches": 1, "iteration_seconds": 1, "epoch_seconds": 1,
-           "steps_per_epoch": 1, "recompute": "", "dp": 8, "tp": 1, "pp": 1, "vpp": 1, "mbs": 1, "schedule": "1f1b"},
-           "optimus": {"efficiency_fine": "most"}})",
+           "steps_per_epoch": 1, "samples_per_step": 8, "recompute": "", "dp": 8, "tp": 1, "pp": 1, "vpp": 1,
+           "mbs": 1, "schedule": "1f1b"}, "optimus": {"efficiency_fine": "most"}})",
        "report --plan {file} --out {out}", "optimus: \"efficiency_fine\" must be a number"},
       // Counts past any run are bad input: refused in one line, not run until they overflow, hang or truncate.
       {"simulate_step_overflow", ok,
@@ -567,6 +574,10 @@ TEST_F(Cli, ReportShowsEveryRankTheComparedPlansAndTheMeasuredTrace) {
   EXPECT_NE(page.find(fmt::format("<td>{:.2f}×</td>", speedup)), std::string::npos) << speedup;
   EXPECT_NE(page.find("<th scope=\"row\">megatron</th>"), std::string::npos);
   EXPECT_NE(page.find(planned["command"].get<std::string>()), std::string::npos) << "the plan's command is shown";
+  // The summary's MFU is the plan's own, over its simulated steps, as `plan --json` gives it.
+  EXPECT_NE(page.find(fmt::format("{:.1f}% (the mean over the simulated steps)",
+                                  100 * planned["predicted"]["mfu"].get<double>())),
+            std::string::npos);
   EXPECT_EQ(page.find("<script"), std::string::npos) << "nothing runs or is fetched";
   EXPECT_EQ(page.find("http"), std::string::npos) << "nothing is fetched";
   fs::remove(html);
@@ -628,12 +639,16 @@ TEST_F(Cli, ReportShowsEveryRankTheComparedPlansAndTheMeasuredTrace) {
     EXPECT_NE(b.err.find(message), std::string::npos) << b.err;
     EXPECT_FALSE(fs::exists(out));
   }
+  nlohmann::json other_seed = baseline;  // the same plan over another shuffle of the samples: another job
+  other_seed["request"]["seed"] = 7;
+  const std::string other_job = write("other_seed.json", other_seed.dump());
   const std::pair<std::string, std::string> bad[] = {
       {"--compare " + trace, "not a plan file"},
+      {"--compare " + other_job, "other_seed.json: request: \"seed\" is '7', but "},
       {"--trace " + bad_trace, "bad_trace.json: traceEvents[0]: negative \"dur\""},
       {"--trace " + plan, "not a Chrome trace (no \"traceEvents\")"},
       {"--steps 0", "--steps must be at least 1"},
-      {"--replica 99", "--replica 99: the plan has data-parallel replicas 0 to"},
+      {"--replica 99", "--replica 99: " + plan + " has data-parallel replicas 0 to"},
   };
   for (const auto& [extra, message] : bad) {
     const std::string out = (dir_ / "bad.html").string();
@@ -655,6 +670,45 @@ TEST_F(Cli, PlanWritesItsReportBesideItsBaselines) {
     EXPECT_NE(page.find(fmt::format("<th scope=\"row\">{}</th>", baseline)), std::string::npos) << baseline;
   }
   EXPECT_NE(page.find("without data"), std::string::npos) << "the load section says why it is empty";
+
+  // Baselines that do not fit are listed with the planner's reason, as --json gives it.
+  const std::string tight = (dir_ / "tight.html").string();
+  const Result t = run("plan --model internvl-chat-1.5 --cluster a100:8 --gbs 16 --seq 16384 --quiet --json --report " +
+                       tight);
+  ASSERT_EQ(t.status, 0) << t.err;
+  const auto j = nlohmann::json::parse(t.out);
+  const std::string tight_page = slurp(tight);
+  int unfit = 0;
+  for (const auto& [name, b] : j["baselines"].items()) {
+    if (b.contains("fits") && !b["fits"].get<bool>()) {
+      ++unfit;
+      EXPECT_NE(tight_page.find("does not fit: " + b["reason"].get<std::string>()), std::string::npos)
+          << name;
+    }
+  }
+  EXPECT_GT(unfit, 0) << "the case needs a baseline that does not fit";
+}
+
+// OmniBal's ISF on patch-token data chooses its caps by search: the plan file keeps them, so its report makes
+// the same batches again, and says how many samples a step they hold.
+TEST_F(Cli, AnIsfPlanOnPatchTokenDataIsReportedWithTheCapsItWasPlannedWith) {
+  std::string data = "[";
+  for (int i = 0; i < 600; ++i) {
+    const int vision = (i * 7919) % 5 * 512;
+    data += fmt::format("{}{{\"vision_tokens\": {}, \"token_num\": {}}}", i ? "," : "", vision, 64 + (i * 104729) % 1400 + vision / 4);
+  }
+  const std::string file = write("patches.json", data + "]");
+  const std::string plan = (dir_ / "isf.json").string(), html = (dir_ / "isf.html").string();
+  const Result r = run("plan --model data/modelcfg/qwen2_vl_2b_instruct.config.json --cluster a100:8 --gbs 32 --data " +
+                       file + " --strategy omnibal --no-baselines --quiet --out " + plan + " --report " + html);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto p = nlohmann::json::parse(slurp(plan));
+  ASSERT_TRUE(p["plan"].contains("batch_caps")) << p["plan"].dump();
+  const Result again = run("report --plan " + plan + " --out " + (dir_ / "again.html").string());
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_NE(slurp(html).find(fmt::format("isf batches give {:.1f} samples a step",
+                                         p["plan"]["samples_per_step"].get<double>())),
+            std::string::npos);
 }
 
 // `fulcrum multitask --report`: the waves a row per device, every section, and each arrangement's iteration
@@ -1153,6 +1207,17 @@ TEST_F(Cli, PlanFindsAFasterPlanThanTheBaselinesAndWritesIt) {
   ASSERT_EQ(from_plan.status, 0) << from_plan.err;
   EXPECT_EQ(nlohmann::json::parse(from_plan.out)["iteration_seconds"],
             nlohmann::json::parse(sim.out)["iteration_seconds"]);
+  // A plan file is of one job: run for another number format or batch, it is refused, not timed as that job.
+  const std::pair<std::string, std::string> other_jobs[] = {
+      {fmt::format("--gbs 64 --mbs {} --dtype fp32", p["mbs"].get<int>()),
+       "the plan was made for number format bf16, but --dtype gives fp32"},
+      {fmt::format("--gbs 128 --mbs {}", p["mbs"].get<int>()), "the plan was made for global batch 64, but --gbs gives 128"},
+  };
+  for (const auto& [options, message] : other_jobs) {
+    const Result other = run("simulate --model vit-3b+gpt-11b --cluster a100:16 " + options + " --load-schedule " + out);
+    EXPECT_EQ(other.status, 2) << options;
+    EXPECT_EQ(other.err, "fulcrum: error: " + out + ": " + message + "\n");
+  }
   // Megatron-LM's arguments: Fulcrum's plan, with every stage holding LLM layers so the layout can say it.
   const Result megatron = run("plan --model vit-3b+gpt-11b --cluster a100:16 --gbs 64 --data "
                               "data/internvl_sft_1.2M.json --no-baselines --quiet --megatron-layout --export megatron");
@@ -1208,11 +1273,48 @@ TEST_F(Cli, PlanOptimusPutsTheEncoderInTheLlmsBubbles) {
   ASSERT_EQ(sim.status, 0) << sim.err;
   EXPECT_NEAR(nlohmann::json::parse(sim.out)["iteration_seconds"].get<double>(),
               j["predicted"]["iteration_seconds"].get<double>(), 1e-9);
+  // The encoders' activations are held from their forward in one bubble to their backward in another: a step
+  // with more images needs more memory on every device that runs encoder stages (the LLM's tokens are the same).
+  std::vector<double> peaks;
+  for (const char* images : {"0", "4"}) {
+    const Result step = run("simulate --model vit-3b+gpt-11b --cluster h100:8 --gbs 16 --mbs 2 --seq 2048 "
+                            "--image-tokens 256 --images-per-sample " + std::string(images) + " --load-schedule " +
+                            file + " --json --quiet");
+    ASSERT_EQ(step.status, 0) << step.err;
+    const auto per_rank = nlohmann::json::parse(step.out)["peak_memory_bytes"];
+    peaks.push_back(*std::min_element(per_rank.begin(), per_rank.end()));
+  }
+  EXPECT_GT(peaks[1], peaks[0]);
   const Result llm = run("plan --model gpt-11b --cluster h100:8 --gbs 16 --strategy optimus --baseline-config "
                          "1,2,4,1,2 --no-baselines --quiet");
   EXPECT_EQ(llm.status, 2);
   EXPECT_NE(llm.err.find("has no encoder to give its own plan"), std::string::npos) << llm.err;
   EXPECT_TRUE(llm.out.empty()) << llm.out;
+}
+
+// Optimus schedules the planner once made wrong: a step without images, where the encoders' no-op passes sat
+// inside the LLM forward that waits on them (a deadlock), and two encoders, whose last stage ran the first
+// encoder's projector after the second encoder. Each is written, loads, and times as planned.
+TEST_F(Cli, OptimusSchedulesOfAStepWithoutImagesAndOfTwoEncodersLoadAndRunAsPlanned) {
+  const std::string roomy = write("roomy.json", R"({"fulcrum": 1, "preset": "h100:8", "device": {"memory_bytes": 300e9}})");
+  const std::pair<std::string, std::string> shapes[] = {
+      {"vit-3b+gpt-11b", "--cluster h100:8 --images-per-sample 0"},
+      {"vit-3b+vit-5b+gpt-11b", "--cluster " + roomy + " --encoder-pp 2"},
+  };
+  for (const auto& [model, extra] : shapes) {
+    SCOPED_TRACE(model);
+    const std::string file = (dir_ / "bubbles.json").string();
+    const Result planned = run("plan --model " + model + " --gbs 16 --strategy optimus --baseline-config 1,2,4,1,2 "
+                               "--no-baselines --quiet --json " + extra + " --out " + file);
+    ASSERT_EQ(planned.status, 0) << planned.err;
+    const std::string cluster = extra.substr(0, extra.find(' ', std::string("--cluster ").size()));
+    const std::string images = extra.find("--images-per-sample 0") != std::string::npos ? " --images-per-sample 0" : "";
+    const Result sim = run("simulate --model " + model + " " + cluster + " --gbs 16 --mbs 2" + images +
+                           " --load-schedule " + file + " --json --quiet");
+    ASSERT_EQ(sim.status, 0) << sim.err;
+    EXPECT_NEAR(nlohmann::json::parse(sim.out)["iteration_seconds"].get<double>(),
+                nlohmann::json::parse(planned.out)["predicted"]["iteration_seconds"].get<double>(), 1e-9);
+  }
 }
 
 // Spindle's plan of a multi-task model: waves, the relaxation's bound, the baselines, on every run the same.

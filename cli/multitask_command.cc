@@ -414,7 +414,7 @@ void run(const MultitaskOptions& o) {
         {"speed-up over sequential", fmt::format("{:.2f}×", speedup)},
     };
     auto row = [](const char* name, const char* how, const Timed& t) {
-      return ComparedPlan{name, how, t.simulated.iteration_seconds, t.simulated.iteration_seconds};
+      return ComparedPlan{name, how, t.simulated.iteration_seconds, t.simulated.iteration_seconds, {}};
     };
     r.compared = {row("plan", "Fulcrum's waves (or levels in turn, or a baseline, where faster)", chosen),
                   row("sequential", "every operator on all devices in turn", sequential),

@@ -95,23 +95,31 @@ Json summary_json(const TrainingPlan& p) {
   const ParallelConfig& c = p.config;
   Json stages = Json::array();
   for (const StageLayers& st : p.schedule.stages) stages.push_back({st.first_layer, st.end_layer});
-  return {{"dp", c.dp},
-          {"tp", c.tp},
-          {"pp", c.pp},
-          {"vpp", c.vpp},
-          {"encoder_tp", c.encoder_tp},
-          {"mbs", c.mbs},
-          {"micro_batches", p.micro_batches},
-          {"schedule", std::string(pipeline_kind_name(c.schedule))},
-          {"sequence_parallel", c.sequence_parallel},
-          {"state_sharding", state_sharding_name(c.sharding)},
-          {"batcher", p.batcher},
-          {"stages", stages},
-          {"recompute", recompute_summary(p.schedule)},
-          {"steps_per_epoch", p.steps_per_epoch},
-          {"samples_per_step", p.samples_per_step},
-          {"epoch_seconds", p.epoch_seconds},
-          {"iteration_seconds", p.iteration_seconds}};
+  Json out{{"dp", c.dp},
+           {"tp", c.tp},
+           {"pp", c.pp},
+           {"vpp", c.vpp},
+           {"encoder_tp", c.encoder_tp},
+           {"mbs", c.mbs},
+           {"micro_batches", p.micro_batches},
+           {"schedule", std::string(pipeline_kind_name(c.schedule))},
+           {"sequence_parallel", c.sequence_parallel},
+           {"state_sharding", state_sharding_name(c.sharding)},
+           {"batcher", p.batcher},
+           {"stages", stages},
+           {"recompute", recompute_summary(p.schedule)},
+           {"steps_per_epoch", p.steps_per_epoch},
+           {"samples_per_step", p.samples_per_step},
+           {"epoch_seconds", p.epoch_seconds},
+           {"iteration_seconds", p.iteration_seconds}};
+  // The caps ISF's cap search chose for these batches (patch-token data): what makes them again.
+  if (p.batch_caps) {
+    out["batch_caps"] = {{"vision_cap", p.batch_caps->vision_cap},
+                         {"token_cap", p.batch_caps->token_cap},
+                         {"vision_full", p.batch_caps->vision_full},
+                         {"text_full", p.batch_caps->text_full}};
+  }
+  return out;
 }
 
 // Optimus's encoder plan and schedule. Efficiencies: the share of encoder compute inside the LLM's bubbles.
@@ -240,6 +248,16 @@ void run_plan(const PlanOptions& o) {
           planned_strategy == Strategy::kFulcrum ? " (--export and --megatron-layout keep them in the stages)" : ""));
     }
   }
+  if (planned_strategy == Strategy::kOptimus) {
+    // Optimus runs the encoders on their own plan in the LLM's bubbles, and its LLM plan is pinned one way.
+    if (o.megatron_layout) {
+      throw InputError("--megatron-layout keeps the encoders in the first stage; --strategy optimus runs them on "
+                       "their own plan in the LLM's bubbles");
+    }
+    if (o.baseline_config_given && !o.config.empty()) {
+      throw InputError("--config and --baseline-config both pin --strategy optimus's LLM plan: give one");
+    }
+  }
   if (o.baseline_config_given && o.no_baselines && !o.ablation && planned_strategy != Strategy::kMegatron &&
       planned_strategy != Strategy::kBalanced && planned_strategy != Strategy::kOptimus) {
     throw InputError(fmt::format("--baseline-config pins megatron, balanced and optimus's LLM plan; --strategy {} with "
@@ -326,6 +344,12 @@ void run_plan(const PlanOptions& o) {
     warnings() << profile_unused_warning(o.profile, *request.profile, profile_applied, request.dtype);
   }
   const double fraction_of_bound = plan.iteration_seconds > 0 ? bound_seconds / plan.iteration_seconds : 0;
+  // Iteration and MFU: the mean over the simulated steps; peak memory: each stage's most over them.
+  const Json predicted{{"epoch_seconds", plan.epoch_seconds},
+                       {"iteration_seconds", plan.iteration_seconds},
+                       {"mfu", mfu},
+                       {"bubble_fraction", d.bubble_fraction},
+                       {"peak_memory_bytes", d.peak_memory_bytes}};
 
   if (!o.out.empty() || !o.report.empty()) {
     // What the plan is and how it was made: enough for `fulcrum report` to simulate it again.
@@ -349,7 +373,8 @@ void run_plan(const PlanOptions& o) {
                 {"profile", o.profile},
                 {"dtype", std::string(dtype_name(request.dtype))},
                 {"seed", o.seed}}},
-              {"plan", summary_json(plan)}};
+              {"plan", summary_json(plan)},
+              {"predicted", predicted}};
     if (plan.optimus) file["optimus"] = optimus_json(*plan.optimus);
     file["schedule"] = Json::parse(schedule_to_json(plan.schedule));
     // The micro-batches of the step `detail` simulated, per replica: [vision, tokens, tokens², sequences].
@@ -375,7 +400,11 @@ void run_plan(const PlanOptions& o) {
       ReportSources sources;
       sources.report_command = command_line(o);
       for (const auto& [b, p] : baselines) {
-        if (p) sources.compared.push_back({std::string(strategy_name(b)), describe(*p), p->iteration_seconds, p->epoch_seconds});
+        if (p) {
+          sources.compared.push_back({std::string(strategy_name(b)), describe(*p), p->iteration_seconds, p->epoch_seconds, {}});
+        } else {
+          sources.compared.push_back({std::string(strategy_name(b)), "", 0, 0, why_not[b]});
+        }
       }
       report = plan_report_html(text, o.out.empty() ? "the plan" : o.out, sources);
     }
@@ -401,12 +430,7 @@ void run_plan(const PlanOptions& o) {
              {"gbs", o.gbs},
              {"dtype", std::string(dtype_name(request.dtype))},
              {"plan", summary_json(plan)},
-             {"predicted",
-              {{"epoch_seconds", plan.epoch_seconds},
-               {"iteration_seconds", plan.iteration_seconds},
-               {"mfu", mfu},
-               {"bubble_fraction", d.bubble_fraction},
-               {"peak_memory_bytes", d.peak_memory_bytes}}},
+             {"predicted", predicted},
              {"baselines", base},
              {"speedup_vs", speedup},
              {"fraction_of_bound", fraction_of_bound},

@@ -20,6 +20,7 @@
 #include "fulcrum/cost/profiled_cost.h"
 #include "fulcrum/data/balance_metrics.h"
 #include "fulcrum/data/batcher.h"
+#include "fulcrum/data/isf.h"
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/load_model.h"
 #include "fulcrum/plan/planner.h"
@@ -42,6 +43,7 @@ RankLoads rank_loads(const Dataset& data, const SampleCost& cost, const std::str
   params.samples_per_step = p.gbs;
   params.seed = p.seed;
   params.oversize = OversizePolicy::kOwnGroup;
+  if (batcher == "isf" && p.batch_caps) take_caps(*p.batch_caps, params);
   const BatchPlan plan = make_batcher(batcher)->plan(data, params, cost);
   RankLoads out;
   out.batcher = batcher;
@@ -61,6 +63,28 @@ RankLoads rank_loads(const Dataset& data, const SampleCost& cost, const std::str
 
 // What the plan file's request names (its model, cluster, dtype, profile and data) loaded, failing with the plan
 // file's name: a path in it may no longer resolve where the report runs, and the user typed only the plan's.
+// A compared plan must have been made for the same job as the reported one: the same model, cluster, global batch,
+// number format and samples.
+void check_same_job(const PlanFile& other, const std::string& other_file, const PlanFile& p, const std::string& file) {
+  const std::pair<const char*, std::pair<std::string, std::string>> fields[] = {
+      {"model", {other.model, p.model}},
+      {"cluster", {other.cluster, p.cluster}},
+      {"gbs", {std::to_string(other.gbs), std::to_string(p.gbs)}},
+      {"dtype", {other.dtype, p.dtype}},
+      {"data", {other.data, p.data}},
+      {"root", {other.data.empty() ? "" : other.root, p.data.empty() ? "" : p.root}},
+      {"seed", {other.data.empty() ? "" : std::to_string(other.seed), p.data.empty() ? "" : std::to_string(p.seed)}},
+      {"image_tokens", {std::to_string(other.image_tokens), std::to_string(p.image_tokens)}},
+  };
+  for (const auto& [key, values] : fields) {
+    if (values.first != values.second) {
+      throw InputError(fmt::format("{}: request: \"{}\" is '{}', but {} was planned with '{}': compared plans must be "
+                                   "of the same job",
+                                   other_file, key, values.first, file, values.second));
+    }
+  }
+}
+
 template <typename Load>
 auto from_request(const std::string& plan_file, Load&& load) -> decltype(load()) {
   try {
@@ -93,17 +117,27 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
   if (!p.profile.empty()) profiled.emplace(analytic, from_request(plan_file, [&] { return load_profile(p.profile); }));
   const CostModel& cost = profiled ? static_cast<const CostModel&>(*profiled) : analytic;
 
-  // Compared plans first: a bad one fails before any work.
+  // Compared plans first: a bad one fails before any work. Each must be of the same job, or its speed-up means
+  // nothing; rows are named by strategy, and by file where strategies repeat.
   std::vector<ComparedPlan> compared = sources.compared;
+  std::vector<PlanFile> others;
   for (const std::string& file : sources.compare_files) {
-    const PlanFile other = read_plan_file(read_text_file(file), file);
-    compared.push_back({other.strategy, other.configuration, other.iteration_seconds, other.epoch_seconds});
+    others.push_back(read_plan_file(read_text_file(file), file));
+    check_same_job(others.back(), file, p, plan_file);
+  }
+  for (size_t i = 0; i < others.size(); ++i) {
+    const PlanFile& other = others[i];
+    const bool repeated = other.strategy == p.strategy ||
+                          std::count_if(others.begin(), others.end(),
+                                        [&](const PlanFile& o) { return o.strategy == other.strategy; }) > 1;
+    compared.push_back({repeated ? fmt::format("{} ({})", other.strategy, sources.compare_files[i]) : other.strategy,
+                        other.configuration, other.iteration_seconds, other.epoch_seconds, {}});
   }
   std::optional<TimelineChart> measured;
   if (!sources.trace.empty()) measured = trace_chart(read_text_file(sources.trace), sources.trace);
 
   if (sources.replica >= static_cast<int>(p.detail_loads.per_replica.size())) {
-    throw InputError(fmt::format("--replica {}: the plan has data-parallel replicas 0 to {}", sources.replica,
+    throw InputError(fmt::format("--replica {}: {} has data-parallel replicas 0 to {}", sources.replica, plan_file,
                                  p.detail_loads.per_replica.size() - 1));
   }
   SimOptions options;
@@ -117,12 +151,15 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
     throw InputError(fmt::format("{}: schedule: {}", plan_file, e.what()));
   }
 
+  const double first_step_peak =
+      *std::max_element(simulated.peak_memory_bytes.begin(), simulated.peak_memory_bytes.end());
   PlanReport r;
   r.title = fmt::format("{} on {}: {} plan", model.name, p.cluster, p.strategy);
   r.plan_command = p.command;
   r.report_command = sources.report_command;
   r.name = p.strategy;
   r.configuration = p.configuration;
+  r.iteration_seconds = p.iteration_seconds;
   r.epoch_seconds = p.epoch_seconds;
   r.model = &model;
   r.schedule = &p.schedule;
@@ -135,7 +172,11 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
       {"model", fmt::format("{} ({:.2f} B parameters)", model.name, static_cast<double>(model.parameters()) * 1e-9)},
       {"cluster", fmt::format("{}: {} × {}, {} per node", p.cluster, cluster.devices, cluster.device.kind,
                               cluster.device.devices_per_node)},
-      {"global batch", fmt::format("{} samples, {} steps per epoch", p.gbs, p.steps_per_epoch)},
+      {"global batch",
+       std::abs(p.samples_per_step - static_cast<double>(p.gbs)) < 0.5
+           ? fmt::format("{} samples, {} steps per epoch", p.gbs, p.steps_per_epoch)
+           : fmt::format("{} requested; {} batches give {:.1f} samples a step on average, {} steps per epoch", p.gbs,
+                         p.batcher, p.samples_per_step, p.steps_per_epoch)},
       {"strategy", p.strategy},
       {"configuration", p.configuration},
       {"layout", fmt::format("{} stage{} over {} pipeline rank{}{}", l.stages(), l.stages() == 1 ? "" : "s", l.pp,
@@ -145,11 +186,15 @@ std::string plan_report_html(const std::string& plan_text, const std::string& pl
       {"iteration", fmt::format("{} (the mean over the simulated steps); the first step, shown here: {}",
                                 human_seconds(p.iteration_seconds), human_seconds(simulated.iteration_seconds))},
       {"epoch", human_seconds(p.epoch_seconds)},
-      {"MFU", fmt::format("{:.1f}%", 100 * simulated.mfu)},
-      {"peak memory", fmt::format("{} of {} usable per device",
-                                  human_bytes(*std::max_element(simulated.peak_memory_bytes.begin(),
-                                                                simulated.peak_memory_bytes.end())),
-                                  human_bytes(simulated.usable_memory_bytes))},
+      {"MFU", p.mfu ? fmt::format("{:.1f}% (the mean over the simulated steps); the first step: {:.1f}%", 100 * *p.mfu,
+                                  100 * simulated.mfu)
+                    : fmt::format("{:.1f}% (the first step)", 100 * simulated.mfu)},
+      {"peak memory",
+       fmt::format("{} of {} usable per device{}", human_bytes(p.peak_memory_bytes.value_or(first_step_peak)),
+                   human_bytes(simulated.usable_memory_bytes),
+                   p.peak_memory_bytes ? fmt::format(" (the most over the simulated steps); the first step: {}",
+                                                     human_bytes(first_step_peak))
+                                       : std::string(" (the first step)"))},
       {"number format", p.dtype},
   };
   if (!p.profile.empty()) r.summary.push_back({"profile", p.profile});

@@ -66,7 +66,13 @@ std::function<void()> add_report_command(CLI::App& app) {
   cmd->add_option("--replica", o->replica, "Data-parallel replica the timeline shows (default: the slowest)")
       ->check(at_least(0));
   cmd->add_option("--out", o->out, "The HTML file to write")->required();
-  return [o] { run_report(*o); };
+  return [o, cmd] {
+    // The plan's own data resolves against the plan's root; a --root for it would be ignored.
+    if (cmd->count("--root") > 0 && o->data.empty()) {
+      throw InputError("--root applies to --data: the plan's own data uses the root it was planned with");
+    }
+    run_report(*o);
+  };
 }
 
 }  // namespace fulcrum

@@ -28,6 +28,7 @@
 #include "fulcrum/data/meta_index.h"
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/model/load_model.h"
+#include "fulcrum/report/plan_file.h"
 #include "fulcrum/sched/pipeline_schedules.h"
 #include "fulcrum/sched/schedule_json.h"
 #include "fulcrum/sched/validate.h"
@@ -150,14 +151,24 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
   return out;
 }
 
-// A schedule file's text, or the schedule a plan file (`fulcrum plan --out`) holds.
-std::string schedule_text(const std::string& text, const std::string& file) {
+// A schedule file's text, or the schedule a plan file (`fulcrum plan --out`) holds. A plan file is read whole, as
+// `fulcrum report` reads it, and must be of the job the options describe: its schedule was made for that model,
+// cluster, batch and number format, and timed on another it would answer another question.
+std::string schedule_text(const std::string& text, const std::string& file, const SimulateOptions& o,
+                          const ModelSpec& model, Dtype dtype) {
   const Json doc = parse_json_document(text, file);
-  if (doc.is_object() && doc.contains("kind") && doc["kind"] == "plan") {  // any "kind" that is not "plan": not a plan
-    if (!doc.contains("schedule")) throw InputError(fmt::format("{}: a plan without a schedule", file));
-    return doc["schedule"].dump();
-  }
-  return text;
+  if (!doc.is_object() || !doc.contains("kind") || doc["kind"] != "plan") return text;  // not a plan
+  if (!doc.contains("schedule")) throw InputError(fmt::format("{}: a plan without a schedule", file));
+  const PlanFile p = read_plan_file(text, file);
+  const auto differ = [&](const char* what, const std::string& planned, const std::string& given, const char* option) {
+    throw InputError(fmt::format("{}: the plan was made for {} {}, but {} gives {}", file, what, planned, option, given));
+  };
+  if (p.model_name && *p.model_name != model.name) differ("model", *p.model_name, model.name, "--model");
+  if (p.cluster != o.cluster) differ("cluster", p.cluster, o.cluster, "--cluster");
+  if (p.gbs != o.gbs) differ("global batch", std::to_string(p.gbs), std::to_string(o.gbs), "--gbs");
+  if (p.mbs != o.mbs) differ("micro-batch size", std::to_string(p.mbs), std::to_string(o.mbs), "--mbs");
+  if (p.dtype != dtype_name(dtype)) differ("number format", p.dtype, std::string(dtype_name(dtype)), "--dtype");
+  return doc["schedule"].dump();
 }
 
 void run_simulate(const SimulateOptions& o) {
@@ -206,7 +217,8 @@ void run_simulate(const SimulateOptions& o) {
   // The plan: generated from the options, or a schedule file written by a planner (or --save-schedule).
   Schedule schedule;
   if (!o.load_schedule.empty()) {
-    schedule = schedule_from_json(schedule_text(read_text_file(o.load_schedule), o.load_schedule), o.load_schedule);
+    schedule = schedule_from_json(schedule_text(read_text_file(o.load_schedule), o.load_schedule, o, model, dtype),
+                                  o.load_schedule);
     validate(schedule, o.load_schedule);
   }
   const ParallelLayout* given = o.load_schedule.empty() ? nullptr : &schedule.layout;

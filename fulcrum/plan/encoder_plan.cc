@@ -68,6 +68,11 @@ std::vector<EncoderStage> encoder_stages(const ModelSpec& model, const EncoderSi
     const int32_t first = static_cast<int32_t>(side.first_layer[c]);
     stages.back().ranges.push_back({first, first + static_cast<int32_t>(model.components[c].layers.size())});
   }
+  // In the model's layer order: each projector right after its encoder's last layers, as the forward runs them.
+  for (EncoderStage& stage : stages) {
+    std::sort(stage.ranges.begin(), stage.ranges.end(),
+              [](const StageLayers& a, const StageLayers& b) { return a.first_layer < b.first_layer; });
+  }
   return stages;
 }
 

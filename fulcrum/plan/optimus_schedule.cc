@@ -33,6 +33,15 @@ struct RankPasses {
     const int64_t n = (it - passes.begin()) - 1;
     return seconds < passes[n].end_seconds ? 2 * n + 1 : 2 * n + 2;
   }
+  // As group_at, for work that takes no time: at the instant a pass starts it goes before that pass, not in it
+  // (a pass that waits on it would otherwise wait forever).
+  int64_t group_of_instant(double seconds) const {
+    const auto it = std::lower_bound(passes.begin(), passes.end(), seconds,
+                                     [](const TimeInterval& p, double t) { return p.start_seconds < t; });
+    if (it == passes.begin()) return 0;
+    const int64_t n = (it - passes.begin()) - 1;
+    return seconds < passes[n].end_seconds ? 2 * n + 1 : 2 * n + 2;
+  }
 };
 
 Instruction transfer(OpKind op, Payload payload, int pipeline, int stage, int micro_batch, int peer_pipeline,
@@ -219,7 +228,7 @@ class Builder {
     };
     const double first_seconds = kernels ? kernels->front()->start_seconds : earliest;
     const double last_seconds = kernels ? start_of(kernels->size() - 1) : earliest;
-    auto group_of = [&](double seconds) { return rp.group_at(seconds); };
+    auto group_of = [&](double seconds) { return kernels ? rp.group_at(seconds) : rp.group_of_instant(seconds); };
     // Its input: from the previous encoder stage, or the gradient from the next one or from the LLM.
     if (!backward && e > 0) {
       add(group_of(first_seconds), first_seconds,

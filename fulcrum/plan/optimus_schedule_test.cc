@@ -258,6 +258,16 @@ TEST_F(BrokenSchedule, AnEncoderBackwardBeforeItsGradient) {
   FAIL() << "no encoder gradient receive";
 }
 
+// Encoder passes in bubbles are priced and held in memory without recomputation: a schedule that asks for it
+// would be run one way and timed another.
+TEST_F(BrokenSchedule, AnEncoderLayerThatRecomputes) {
+  Schedule s = schedule_;
+  const int32_t layer = s.encoder.stages.front().front().first_layer + 1;
+  ASSERT_EQ(s.recompute.at(layer), Recompute::kNone);
+  s.recompute[layer] = Recompute::kFull;
+  EXPECT_THAT(error_of(s), HasSubstr("in the LLM's bubbles run without recomputation"));
+}
+
 // Stage order: a downstream encoder stage's forward needs the upstream stage's activation.
 TEST_F(BrokenSchedule, AnEncoderStageBeforeTheOneUpstream) {
   Schedule s = schedule_;

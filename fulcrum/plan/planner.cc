@@ -29,6 +29,7 @@
 #include "fulcrum/plan/partition.h"
 #include "fulcrum/plan/recompute.h"
 #include "fulcrum/sched/pipeline_schedules.h"
+#include "fulcrum/sched/validate.h"
 
 namespace fulcrum {
 
@@ -119,6 +120,7 @@ namespace {
 struct LoadSet {
   int64_t steps_per_epoch = 0;
   double samples_per_step = 0;
+  std::optional<IsfParams> caps;       // ISF's caps, when its cap search chose them
   std::vector<MicroBatchLoads> steps;  // the sampled steps
   MicroBatchLoad mean;                 // the mean micro-batch: what time is balanced for
   MicroBatchLoad largest;              // the largest of each measure: what memory must hold
@@ -587,6 +589,7 @@ class Planner {
       if (searched[k]) take_caps(*searched[k], params);
       const BatchPlan plan = make_batcher(batcher)->plan(*data_, params, sample_cost);
       LoadSet set;
+      set.caps = searched[k];
       set.steps_per_epoch = plan.steps();
       set.samples_per_step =
           plan.steps() ? static_cast<double>(plan.sample_ids().size()) / static_cast<double>(plan.steps()) : 0;
@@ -792,7 +795,16 @@ class Planner {
   // schedule, static as Optimus's is, run on every sampled step for the mean iteration time.
   void move_encoders_into_bubbles(TrainingPlan& plan) const {
     const OptimusOutcome o = encoders_in_bubbles(plan, nullptr, loads_of(plan.config), StepSchedules::kStatic);
+    if (o.detail.oom) throw NoPlanFits(fmt::format("optimus: {}", bubbles_do_not_fit(o.detail)));
     adopt(plan, o, loads_of(plan.config));
+  }
+
+  // Why a schedule with the encoders in the bubbles does not fit: its activations held beside the LLM's.
+  static std::string bubbles_do_not_fit(const SimResult& r) {
+    const double peak = *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
+    return fmt::format("with the encoders' activations in the LLM's bubbles a device needs {:.1f} GiB more than the "
+                       "{:.1f} GiB usable", (peak - r.usable_memory_bytes) / (1024.0 * 1024 * 1024),
+                       r.usable_memory_bytes / (1024.0 * 1024 * 1024));
   }
 
   void try_encoder_bubbles(TrainingPlan& plan) const {
@@ -842,19 +854,35 @@ class Planner {
         }
         sub.config = first.config;
         sub.cluster.reserve_bytes += least;
-        Planner llm_planner(recipe, sub);
-        const TrainingPlan llm_plan = llm_planner.run();
-        const LoadSet& loads = llm_planner.loads_of(llm_plan.config);
-        // A smaller split search than `optimus`'s own: this runs beside a whole configuration search.
-        // A candidate slower than the plan on the first step is not scheduled on the others, unless the
-        // request wants the encoders in bubbles and none is there yet.
-        const bool must_adopt = forced && !plan.optimus;
-        const OptimusOutcome o =
-            encoders_in_bubbles(plan, &llm_plan.schedule, loads, StepSchedules::kPerStep, kTrySplitEvaluations,
-                                must_adopt ? std::numeric_limits<double>::infinity() : plan.detail.iteration_seconds);
-        if (must_adopt ||
-            o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
-          adopt(plan, o, loads, &llm_plan.config);
+        // The encoders' activations are known once they are scheduled: where they overflow, the LLM is planned
+        // again with that much less room (more recomputation, say), twice at most.
+        for (int attempt = 0; attempt < 3; ++attempt) {
+          Planner llm_planner(recipe, sub);
+          const TrainingPlan llm_plan = llm_planner.run();
+          const LoadSet& loads = llm_planner.loads_of(llm_plan.config);
+          // A smaller split search than `optimus`'s own: this runs beside a whole configuration search.
+          // A candidate slower than the plan on the first step is not scheduled on the others, unless the
+          // request wants the encoders in bubbles and none is there yet.
+          const bool must_adopt = forced && !plan.optimus;
+          const OptimusOutcome o =
+              encoders_in_bubbles(plan, &llm_plan.schedule, loads, StepSchedules::kPerStep, kTrySplitEvaluations,
+                                  must_adopt ? std::numeric_limits<double>::infinity() : plan.detail.iteration_seconds);
+          if (o.detail.oom) {
+            why_not = bubbles_do_not_fit(o.detail);
+            // What the encoders add on a device beside the LLM's own bytes: the room the LLM must leave them.
+            double added = 0, overflow = 0;
+            for (size_t k = 0; k < o.detail.peak_memory_bytes.size() && k < llm_plan.detail.peak_memory_bytes.size(); ++k) {
+              added = std::max(added, o.detail.peak_memory_bytes[k] - llm_plan.detail.peak_memory_bytes[k]);
+              overflow = std::max(overflow, o.detail.peak_memory_bytes[k] - o.detail.usable_memory_bytes);
+            }
+            sub.cluster.reserve_bytes =
+                std::max(sub.cluster.reserve_bytes + overflow, r_.cluster.reserve_bytes + added) * 1.02;
+            continue;
+          }
+          if (must_adopt || o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
+            adopt(plan, o, loads, &llm_plan.config);
+          }
+          break;
         }
       } catch (const InputError& e) {
         // No encoder plan fits beside this LLM plan, or the LLM alone fits no schedule: nothing to adopt.
@@ -911,7 +939,9 @@ class Planner {
     out.optimus = std::make_shared<OptimusPlan>(plan_optimus(in));
     SimOptions options;
     options.dtype = r_.dtype;
+    // Each schedule made is checked as a loaded one would be: a fault in it is the planner's.
     auto run = [&](const Schedule& s, const MicroBatchLoads& step) {
+      validate_planned(s, "the encoders-in-bubbles schedule");
       return simulate(s, r_.model, r_.cluster, cost(), analytic_.efficiency(), step, options);
     };
     out.schedule = optimus_schedule(in, *out.optimus);
@@ -930,6 +960,11 @@ class Planner {
                                  : run(optimus_schedule(in, plan_step(in, *out.optimus)), in.loads);
       sum += step.iteration_seconds;
       flops += step.model_flops;
+      // Memory over every step, as simulate_plan takes it: a step with more images keeps more activations.
+      out.detail.oom = out.detail.oom || step.oom;
+      for (size_t r = 0; r < step.peak_memory_bytes.size() && r < out.detail.peak_memory_bytes.size(); ++r) {
+        out.detail.peak_memory_bytes[r] = std::max(out.detail.peak_memory_bytes[r], step.peak_memory_bytes[r]);
+      }
     }
     out.mean_iteration_seconds = sum / static_cast<double>(loads.steps.size());
     out.mean_model_flops = flops / static_cast<double>(loads.steps.size());
@@ -948,6 +983,7 @@ class Planner {
     plan.model_flops = o.mean_model_flops;
     plan.steps_per_epoch = loads.steps_per_epoch;
     plan.samples_per_step = loads.samples_per_step;
+    plan.batch_caps = loads.caps;
     plan.epoch_seconds = plan.iteration_seconds * static_cast<double>(loads.steps_per_epoch);
     plan.schedule = o.schedule;
     plan.config.schedule = op.llm.schedule.kind;
@@ -972,6 +1008,7 @@ class Planner {
     plan.micro_batches = micro_batches_of(c);
     plan.steps_per_epoch = loads.steps_per_epoch;
     plan.samples_per_step = loads.samples_per_step;
+    plan.batch_caps = loads.caps;
     SimOptions options;
     options.dtype = r_.dtype;
     options.memo = &pass_prices_;

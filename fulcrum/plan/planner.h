@@ -12,6 +12,7 @@
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/dtype.h"
 #include "fulcrum/cost/profiled_cost.h"
+#include "fulcrum/data/isf.h"
 #include "fulcrum/model/cluster_spec.h"
 #include "fulcrum/model/model_spec.h"
 #include "fulcrum/plan/optimus.h"
@@ -137,6 +138,9 @@ struct TrainingPlan {
   int micro_batches = 0;
   int64_t steps_per_epoch = 0;
   double samples_per_step = 0;
+  // The caps ISF's cap search chose for these batches (patch-token data has no default caps): with the request's
+  // data, seed and batch they make the same batches again.
+  std::optional<IsfParams> batch_caps;
   double iteration_seconds = 0;  // mean over the simulated steps
   double epoch_seconds = 0;      // iteration_seconds × steps_per_epoch
   double model_flops = 0;        // mean over the simulated steps: with iteration_seconds, the epoch's MFU

@@ -142,6 +142,45 @@ class PlanFileReader : public JsonReader {
           p.epoch_seconds < 1e12)) {
       fail("plan", "\"iteration_seconds\" and \"epoch_seconds\" must be positive, an epoch at least an iteration");
     }
+    p.samples_per_step = real(plan, "samples_per_step", "plan");
+    if (!(p.samples_per_step > 0 && p.samples_per_step <= static_cast<double>(p.gbs) * (1 << 20))) {
+      fail("plan", "\"samples_per_step\" must be positive");
+    }
+    if (plan.contains("batch_caps")) {
+      const Json& caps = plan["batch_caps"];
+      const std::string at = "plan.batch_caps";
+      if (!caps.is_object()) fail(at, "must be an object");
+      IsfParams c;
+      c.vision_cap = integer(caps, "vision_cap", at);
+      c.token_cap = integer(caps, "token_cap", at);
+      c.vision_full = integer(caps, "vision_full", at);
+      c.text_full = integer(caps, "text_full", at);
+      constexpr int64_t kMost = int64_t{1} << 40;
+      for (int64_t v : {c.vision_cap, c.token_cap, c.vision_full, c.text_full}) {
+        if (v < 1 || v > kMost) fail(at, "caps and full thresholds must be from 1 to 2^40");
+      }
+      if (c.vision_full > c.vision_cap || c.text_full > c.token_cap) {
+        fail(at, "a full threshold must not exceed its cap");
+      }
+      p.batch_caps = c;
+    }
+    if (doc.contains("predicted")) {
+      const Json& predicted = doc["predicted"];
+      if (!predicted.is_object()) fail("predicted", "must be an object");
+      p.mfu = real(predicted, "mfu", "predicted");
+      if (!(*p.mfu >= 0 && *p.mfu <= 1)) fail("predicted", "\"mfu\" must be between 0 and 1, got {}", *p.mfu);
+      const Json& peaks = member(predicted, "peak_memory_bytes", "predicted");
+      if (!peaks.is_array() || peaks.empty()) fail("predicted", "\"peak_memory_bytes\" must be a list of numbers");
+      double most = 0;
+      for (const Json& b : peaks) {
+        if (!b.is_number() || !(b.get<double>() >= 0 && b.get<double>() < 1e18)) {
+          fail("predicted", "\"peak_memory_bytes\" must be a list of byte counts");
+        }
+        most = std::max(most, b.get<double>());
+      }
+      p.peak_memory_bytes = most;
+    }
+    p.mbs = integer(plan, "mbs", "plan");
     p.recompute = text(plan, "recompute", "plan");
     p.configuration = configuration_text(integer(plan, "dp", "plan"), integer(plan, "tp", "plan"),
                                          integer(plan, "pp", "plan"), integer(plan, "vpp", "plan"),
@@ -157,8 +196,9 @@ class PlanFileReader : public JsonReader {
         fail("optimus", "\"efficiency_fine\" must be between 0 and 1, got {}", *p.efficiency_fine);
       }
     }
-    p.schedule = schedule_from_json(member(doc, "schedule", "plan").dump(), file());
-    validate(p.schedule, file());
+    const std::string schedule_name = fmt::format("{}: schedule", file());  // errors name the record
+    p.schedule = schedule_from_json(member(doc, "schedule", "plan").dump(), schedule_name);
+    validate(p.schedule, schedule_name);
     if (p.micro_batches != p.schedule.micro_batches) {
       fail("plan", "{} micro-batches, but its schedule runs {}", p.micro_batches, p.schedule.micro_batches);
     }

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "fulcrum/data/isf.h"
 #include "fulcrum/sched/schedule.h"
 #include "fulcrum/sim/simulator.h"
 
@@ -19,11 +20,18 @@ struct PlanFile {
   std::optional<std::string> model_name;  // the name the top of the file gives the model, when it does
   std::string model, cluster, dtype = "bf16", profile, data, root = ".", command;  // the request
   int64_t gbs = 0, image_tokens = 0;
+  int64_t mbs = 0;  // the summary's micro-batch size
   uint64_t seed = 0;
   std::string batcher;
   int micro_batches = 0;
   double iteration_seconds = 0, epoch_seconds = 0;
   int64_t steps_per_epoch = 0;
+  double samples_per_step = 0;  // the mean; ISF's groups set it, other batchers take the global batch
+  std::optional<IsfParams> batch_caps;  // the caps ISF's cap search chose, when it did
+  // Over the simulated steps (absent in files written before they were recorded): MFU, the mean; peak memory,
+  // each stage's most.
+  std::optional<double> mfu;
+  std::optional<double> peak_memory_bytes;
   std::string configuration;  // configuration_text() of the summary
   std::string recompute;      // recompute_summary() of the schedule
   std::optional<double> efficiency_fine;  // with the encoders in bubbles: the share of their compute there

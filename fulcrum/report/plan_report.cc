@@ -1,11 +1,13 @@
 #include "fulcrum/report/plan_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "fulcrum/report/bar_chart.h"
 #include "fulcrum/report/html.h"
@@ -20,6 +22,7 @@ constexpr PassColours kEncoderColours{"#9ecae1", "#3182bd", "#4292c6", "#08519c"
 constexpr PassColours kSecondEncoderColours{"#a1d99b", "#31a354", "#41ab5d", "#006d2c"};
 constexpr PassColours kProjectorColours{"#cbc9e2", "#756bb1", "#807dba", "#54278f"};
 constexpr PassColours kLlmColours{"#fdd0a2", "#e6550d", "#f16913", "#a63603"};
+constexpr PassColours kMixedColours{"#fbb4b9", "#c51b8a", "#f768a1", "#7a0177"};  // a stage of several components
 constexpr const char* kPassNames[] = {"forward", "backward", "input gradient", "weight gradient"};
 
 int pass_index(OpKind op) {
@@ -32,20 +35,17 @@ int pass_index(OpKind op) {
   }
 }
 
-// The component most of a stage's layers belong to (the first of equals).
-std::vector<int> stage_components(const Schedule& schedule, const ModelSpec& model) {
+// The components each stage's layers belong to, in model order: a stage's pass runs them all, so a stage of
+// several is drawn as their pass together, not as one of them.
+std::vector<std::vector<int>> stage_components(const Schedule& schedule, const ModelSpec& model) {
   const std::vector<FlatLayer> layers = flat_layers(model);
-  std::vector<int> out;
+  std::vector<std::vector<int>> out;
   for (const StageLayers& st : schedule.stages) {
-    std::map<int, int> counts;
+    std::set<int> components;
     for (int32_t l = st.first_layer; l < st.end_layer && l < static_cast<int32_t>(layers.size()); ++l) {
-      ++counts[layers[l].component];
+      components.insert(layers[l].component);
     }
-    int best = 0, most = -1;
-    for (const auto& [component, n] : counts) {
-      if (n > most) best = component, most = n;
-    }
-    out.push_back(best);
+    out.emplace_back(components.begin(), components.end());
   }
   return out;
 }
@@ -145,7 +145,8 @@ std::string balance_section(const PlanReport& r) {
       for (double x : ranks) most = std::max(most, x);
     }
   }
-  out += fmt::format("<p>Each rank's predicted compute per step (its micro-batches' forward and backward), the "
+  out += fmt::format("<p>Each data-parallel rank's predicted work per step: the whole model's forward and backward "
+                     "over its micro-batches, in seconds of one device (its replica's devices share it), the "
                      "first {} steps: a bar runs from the lightest rank to the heaviest, the tick is the mean. Every "
                      "rank waits for the heaviest. The slowest rank carries {:.1f}% more than the mean with {} "
                      "batches, {:.1f}% with {}.</p>",
@@ -160,7 +161,7 @@ std::string balance_section(const PlanReport& r) {
 }
 
 std::string compare_section(const PlanReport& r) {
-  std::vector<ComparedPlan> all{{r.name, r.configuration, r.simulated->iteration_seconds, r.epoch_seconds}};
+  std::vector<ComparedPlan> all{{r.name, r.configuration, r.iteration_seconds, r.epoch_seconds, {}}};
   all.insert(all.end(), r.compared.begin(), r.compared.end());
   return compare_section_html(all, true, "Epoch time of each plan, simulated on the same job.",
                               "No other plan given (<code>--compare other.json</code>).");
@@ -181,7 +182,7 @@ std::string measured_section(const PlanReport& r) {
 TimelineChart simulated_timeline(const SimResult& simulated, const Schedule& schedule, const ModelSpec& model) {
   TimelineChart chart;
   chart.id = "timeline-chart";
-  const std::vector<int> component_of_stage = stage_components(schedule, model);
+  const std::vector<std::vector<int>> components_of_stage = stage_components(schedule, model);
   // Kinds: every component's passes, then encoder work in bubbles, the optimizer step and communication.
   int encoders_seen = 0;
   for (const ComponentSpec& c : model.components) {
@@ -190,6 +191,17 @@ TimelineChart simulated_timeline(const SimResult& simulated, const Schedule& sch
                                  : encoders_seen++ == 0                ? kEncoderColours
                                                                        : kSecondEncoderColours;
     for (int p = 0; p < 4; ++p) chart.kinds.push_back({fmt::format("{} {}", c.name, kPassNames[p]), colours[p]});
+  }
+  // A kind per pass of each set of components that share a stage, named by all of them.
+  std::map<std::vector<int>, int> first_kind_of_set;
+  for (const std::vector<int>& set : components_of_stage) {
+    if (set.size() < 2 || first_kind_of_set.count(set)) continue;
+    first_kind_of_set[set] = static_cast<int>(chart.kinds.size());
+    std::vector<std::string> names;
+    for (int c : set) names.push_back(model.components[c].name);
+    for (int p = 0; p < 4; ++p) {
+      chart.kinds.push_back({fmt::format("{} {}", fmt::join(names, "+"), kPassNames[p]), kMixedColours[p]});
+    }
   }
   const int in_bubbles = static_cast<int>(chart.kinds.size());
   chart.kinds.push_back({"encoder work in the LLM's bubbles", "#17becf"});
@@ -217,9 +229,10 @@ TimelineChart simulated_timeline(const SimResult& simulated, const Schedule& sch
       } else {
         const int pass = pass_index(e.op);
         if (pass < 0) continue;
-        const int component =
-            e.stage >= 0 && e.stage < static_cast<int>(component_of_stage.size()) ? component_of_stage[e.stage] : 0;
-        i.kind = component * 4 + pass;
+        const std::vector<int> none;
+        const std::vector<int>& set =
+            e.stage >= 0 && e.stage < static_cast<int>(components_of_stage.size()) ? components_of_stage[e.stage] : none;
+        i.kind = set.size() > 1 ? first_kind_of_set.at(set) + pass : (set.empty() ? 0 : set.front()) * 4 + pass;
         i.label = fmt::format("{} stage {} micro-batch {}", op_kind_name(e.op), e.stage, e.micro_batch);
       }
       row.work.push_back(std::move(i));

@@ -28,6 +28,7 @@ struct PlanReport {
   std::vector<std::pair<std::string, std::string>> summary;  // label, value; in order
   std::string name;            // the plan's name among the compared ones
   std::string configuration;
+  double iteration_seconds = 0;  // the mean over the plan's simulated steps
   double epoch_seconds = 0;
   // One simulated iteration of the plan's schedule, its timeline kept (SimOptions::timeline).
   const ModelSpec* model = nullptr;

@@ -97,6 +97,11 @@ std::string compare_section_html(const std::vector<ComparedPlan>& plans, bool ep
                                   "</th></tr></thead><tbody>",
                                   epochs ? "<th scope=\"col\">epoch</th>" : "");
   for (const ComparedPlan& p : plans) {
+    if (!p.does_not_fit.empty()) {
+      table += fmt::format("<tr><th scope=\"row\">{}</th><td colspan=\"{}\">does not fit: {}</td></tr>",
+                           html_escape(p.name), epochs ? 4 : 3, html_escape(p.does_not_fit));
+      continue;
+    }
     bars.push_back({p.name, {measure(p)}});
     table += fmt::format("<tr><th scope=\"row\">{}</th><td>{}</td><td>{}</td>{}<td>{}</td></tr>", html_escape(p.name),
                          html_escape(p.configuration), html_escape(human_seconds(p.iteration_seconds)),

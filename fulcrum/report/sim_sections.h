@@ -24,6 +24,7 @@ struct ComparedPlan {
   std::string configuration;  // "DP 8 TP 2 PP 4 VPP 1, micro-batch 1 × 32, 1f1b, random batches"
   double iteration_seconds = 0;
   double epoch_seconds = 0;
+  std::string does_not_fit;  // when no plan of it fits: why (shown instead of its times)
 };
 
 // <section id="summary">: `rows` (label, value) as a table, then each command (caption, command line) that
@@ -41,8 +42,8 @@ std::string memory_section_html(const SimResult& simulated, const std::vector<st
                                 const std::string& heading, const std::string& intro);
 
 // <section id="compare">: `plans[0]` (the reported plan) and the others, as bars (svg#compare-chart) and a table
-// with the reported plan's speed-up over each, by epoch time or (`epochs` false) iteration time. `note` (HTML)
-// shows when there is no other plan.
+// with the reported plan's speed-up over each, by epoch time or (`epochs` false) iteration time; one that does not
+// fit is a row saying why. `note` (HTML) shows when there is no other plan.
 std::string compare_section_html(const std::vector<ComparedPlan>& plans, bool epochs, const std::string& intro,
                                  const std::string& note);
 

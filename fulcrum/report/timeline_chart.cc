@@ -12,7 +12,9 @@
 namespace fulcrum {
 namespace {
 
-constexpr double kLabelWidthPx = 92;
+constexpr double kMinLabelWidthPx = 92;
+constexpr double kMaxLabelWidthPx = 300;
+constexpr double kNameCharPx = 6.2;  // an 11 px sans-serif character, on average
 constexpr double kCommHeightPx = 5;
 constexpr double kRowGapPx = 6;
 constexpr double kAxisHeightPx = 26;
@@ -62,6 +64,20 @@ void draw_band(std::string& out, const std::vector<ChartInterval>& band, const s
   }
 }
 
+// Characters, not bytes, of UTF-8 text; and its first `chars` characters.
+size_t utf8_length(const std::string& text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+std::string utf8_prefix(const std::string& text, size_t chars) {
+  size_t seen = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80 && seen++ == chars) return text.substr(0, i);
+  }
+  return text;
+}
+
 }  // namespace
 
 std::vector<ChartInterval> merge_adjacent(std::vector<ChartInterval> intervals, double gap_seconds) {
@@ -86,7 +102,13 @@ std::vector<ChartInterval> merge_adjacent(std::vector<ChartInterval> intervals, 
 
 std::string timeline_svg(const TimelineChart& chart, int width_px) {
   const double end = chart_end(chart);
-  const double plot_width = std::max(100.0, width_px - kLabelWidthPx - 10);
+  // The name column as wide as the longest name needs, within bounds; a longer name is cut, whole in its tooltip.
+  size_t longest = 0;
+  for (const ChartRow& r : chart.rows) longest = std::max(longest, utf8_length(r.name));
+  const double label_width_px =
+      std::clamp(std::ceil(static_cast<double>(longest) * kNameCharPx) + 8, kMinLabelWidthPx, kMaxLabelWidthPx);
+  const size_t name_chars = static_cast<size_t>((label_width_px - 8) / kNameCharPx);
+  const double plot_width = std::max(100.0, width_px - label_width_px - 10);
   const double px_per_second = plot_width / end;
   const double gap_seconds = 0.5 / px_per_second;
   bool any_comm = false;
@@ -104,30 +126,31 @@ std::string timeline_svg(const TimelineChart& chart, int width_px) {
     // Names 11 px high: on rows closer than that, every few rows' only.
     const size_t label_every = row_pitch >= 12 ? 1 : static_cast<size_t>(std::ceil(12 / row_pitch));
     if (r % label_every == 0) {
-      out += fmt::format("<text x=\"0\" y=\"{}\" class=\"row-name\">{}</text>", svg_number(y + row_height / 2 + 4),
-                         html_escape(row.name));
+      const std::string shown = utf8_length(row.name) > name_chars ? utf8_prefix(row.name, name_chars - 1) + "…" : row.name;
+      out += fmt::format("<text x=\"0\" y=\"{}\" class=\"row-name\"><title>{}</title>{}</text>",
+                         svg_number(y + row_height / 2 + 4), html_escape(row.name), html_escape(shown));
     }
-    out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"idle\"/>", svg_number(kLabelWidthPx),
+    out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"idle\"/>", svg_number(label_width_px),
                        svg_number(y), svg_number(plot_width), svg_number(row_height));
-    draw_band(out, row.work, chart.kinds, y, row_height, kLabelWidthPx, px_per_second, gap_seconds);
+    draw_band(out, row.work, chart.kinds, y, row_height, label_width_px, px_per_second, gap_seconds);
     if (!row.comm.empty()) {
-      draw_band(out, row.comm, chart.kinds, y + row_height + 1, kCommHeightPx, kLabelWidthPx, px_per_second, gap_seconds);
+      draw_band(out, row.comm, chart.kinds, y + row_height + 1, kCommHeightPx, label_width_px, px_per_second, gap_seconds);
     }
     out += "</g>";
   }
   const double rows_bottom = static_cast<double>(chart.rows.size()) * row_pitch;
   for (double m : chart.markers) {
-    const double x = kLabelWidthPx + m * px_per_second;
+    const double x = label_width_px + m * px_per_second;
     out += fmt::format("<line x1=\"{0}\" y1=\"0\" x2=\"{0}\" y2=\"{1}\" class=\"marker\"/>", svg_number(x),
                        svg_number(rows_bottom - kRowGapPx));
   }
   // The axis: ticks of 1, 2 or 5 × a power of ten.
   const double step = tick_step(end, 8);
   out += "<g class=\"axis\">";
-  out += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>", svg_number(kLabelWidthPx),
-                     svg_number(rows_bottom), svg_number(kLabelWidthPx + plot_width));
+  out += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>", svg_number(label_width_px),
+                     svg_number(rows_bottom), svg_number(label_width_px + plot_width));
   for (int t = 0; t <= 20 && t * step <= end * (1 + 1e-9); ++t) {
-    const double x = kLabelWidthPx + t * step * px_per_second;
+    const double x = label_width_px + t * step * px_per_second;
     out += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/><text x=\"{0}\" y=\"{3}\">{4}</text>",
                        svg_number(x), svg_number(rows_bottom), svg_number(rows_bottom + 4),
                        svg_number(rows_bottom + 17), html_escape(human_seconds(t * step)));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/cost/training_state_memory.h"
 #include "fulcrum/sched/validate_multitask.h"
 
 namespace fulcrum {
@@ -127,6 +128,14 @@ class Validator {
                s_.model_layers);
         }
         ranges.emplace_back(r.first_layer, r.end_layer);
+        // Encoder passes in bubbles run no recomputation, and are priced and held in memory so; a mode here
+        // would be run by the runtime and timed as none.
+        for (int32_t layer = r.first_layer; layer < r.end_layer; ++layer) {
+          if (static_cast<size_t>(layer) < s_.recompute.size() && s_.recompute[layer] != Recompute::kNone) {
+            fail("encoder stage {}: layer {} recomputes, but encoders in the LLM's bubbles run without recomputation",
+                 st, layer);
+          }
+        }
       }
     }
     std::sort(ranges.begin(), ranges.end());
@@ -351,6 +360,11 @@ class Validator {
     for (int r = 0; r < l.pp; ++r) {
       std::vector<int32_t> waves;
       std::vector<int8_t> buffers;  // 0 unseen, 1 allocated, 2 freed
+      // Sharded state: a stage's parameters are gathered before it computes (ZeRO-3: before each pass).
+      std::vector<int> gathers_pending(stages, 0);
+      std::vector<bool> gathered(stages, false);
+      const bool replicated = l.dp > 1;
+      const StateSharding sharding = l.state_sharding;
       const auto& program = s_.programs[r].instructions;
       pass_open_ = false;
       for (size_t i = 0; i < program.size(); ++i) {
@@ -386,6 +400,13 @@ class Validator {
         if ((in.op == OpKind::kSend || in.op == OpKind::kRecv) && in.peer_encoder_pipeline >= 0) {
           check_llm_encoder_transfer(r, i);
           continue;
+        }
+        if (is_compute(in.op) && replicated && sharding != StateSharding::kZero0) {
+          if (sharding == StateSharding::kZero3 ? gathers_pending[s]-- == 0 : !gathered[s]) {
+            fail("{}: runs before the stage's parameters are gathered ({} shards them over the data-parallel group{})",
+                 describe(r, i), state_sharding_name(sharding),
+                 sharding == StateSharding::kZero3 ? ", gathered before each pass" : ", gathered once a step");
+          }
         }
         switch (in.op) {
           case OpKind::kForward: {
@@ -459,8 +480,20 @@ class Validator {
           }
           case OpKind::kCollective:
             if (in.group != DeviceGroup::kData) fail("{}: an LLM collective runs over its data-parallel group", describe(r, i));
+            if (in.tensor == CollectiveTensor::kParameters) {
+              if (!replicated || sharding == StateSharding::kZero0) {
+                fail("{}: gathers parameters that every data-parallel replica holds whole", describe(r, i));
+              }
+              if (in.collective != CollectiveKind::kAllGather) fail("{}: parameters are all-gathered", describe(r, i));
+              ++gathers_pending[s];
+              gathered[s] = true;
+            }
             if (in.tensor == CollectiveTensor::kGradients) {
               check_reduces(in, r, i);
+              if (sharding == StateSharding::kZero0 && in.collective == CollectiveKind::kReduceScatter) {
+                fail("{}: reduce-scatters gradients, but under zero-0 every replica updates the whole state from "
+                     "them (all_reduce)", describe(r, i));
+              }
               if (backward_weights[s] != s_.micro_batches) {
                 fail("{}: reduces gradients before the stage's last backward", describe(r, i));
               }

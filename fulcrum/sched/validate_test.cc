@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "fulcrum/core/error.h"
+#include "fulcrum/cost/training_state_memory.h"
 #include "fulcrum/sched/pipeline_schedules.h"
 
 namespace fulcrum {
@@ -15,11 +16,13 @@ namespace {
 using ::testing::HasSubstr;
 
 // A generated schedule over `pp × vpp` one-layer stages.
-Schedule schedule(PipelineKind kind, int pp, int vpp, int m, int dp = 1) {
+Schedule schedule(PipelineKind kind, int pp, int vpp, int m, int dp = 1,
+                  StateSharding sharding = StateSharding::kZero0) {
   ParallelLayout layout;
   layout.pp = pp;
   layout.vpp = vpp;
   layout.dp = dp;
+  layout.state_sharding = sharding;
   std::vector<StageLayers> stages;
   for (int s = 0; s < pp * vpp; ++s) stages.push_back({s, s + 1});
   return make_pipeline_schedule(kind, layout, m, stages, std::vector<Recompute>(pp * vpp, Recompute::kNone));
@@ -189,6 +192,38 @@ TEST(Validate, RejectsGradientsGatheredInsteadOfReduced) {
   }
   ASSERT_GT(changed, 0);
   EXPECT_THAT(error_of(s), HasSubstr("gathers gradients, which a step must reduce (all_reduce or reduce_scatter)"));
+}
+
+// The collectives must be those of the state's sharding: sharded parameters gathered before a stage computes
+// (ZeRO-3: before each pass), and gradients reduced to the whole under zero-0, where every replica updates the
+// whole state. Each generated schedule passes; with a gather taken out, or a zero-0 reduce-scatter, it does not.
+TEST(Validate, CollectivesFollowTheStateSharding) {
+  for (StateSharding sharding : {StateSharding::kZero0, StateSharding::kZero1, StateSharding::kZero2,
+                                 StateSharding::kZero3}) {
+    for (PipelineKind k : {PipelineKind::kOneFOneB, PipelineKind::kZeroBubbleH1}) {
+      EXPECT_EQ(error_of(schedule(k, 2, 1, 4, 2, sharding)), "") << state_sharding_name(sharding);
+    }
+  }
+  for (StateSharding sharding : {StateSharding::kZero1, StateSharding::kZero3}) {
+    Schedule s = schedule(PipelineKind::kOneFOneB, 2, 1, 4, 2, sharding);
+    auto& p = s.programs[1].instructions;
+    const auto gather = std::find_if(p.begin(), p.end(), [](const Instruction& in) {
+      return in.op == OpKind::kCollective && in.tensor == CollectiveTensor::kParameters;
+    });
+    ASSERT_NE(gather, p.end()) << state_sharding_name(sharding);
+    p.erase(gather);
+    EXPECT_THAT(error_of(s), HasSubstr("runs before the stage's parameters are gathered")) << state_sharding_name(sharding);
+  }
+  Schedule sharded = schedule(PipelineKind::kOneFOneB, 2, 1, 4, 2, StateSharding::kZero1);
+  sharded.layout.state_sharding = StateSharding::kZero0;
+  EXPECT_THAT(error_of(sharded), HasSubstr("gathers parameters that every data-parallel replica holds whole"));
+  for (Program& p : sharded.programs) {
+    p.instructions.erase(std::remove_if(p.instructions.begin(), p.instructions.end(), [](const Instruction& in) {
+                           return in.op == OpKind::kCollective && in.tensor == CollectiveTensor::kParameters;
+                         }),
+                         p.instructions.end());
+  }
+  EXPECT_THAT(error_of(sharded), HasSubstr("reduce-scatters gradients, but under zero-0"));
 }
 
 TEST(Validate, WaveBoundariesMustMatchAcrossRanks) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -513,7 +514,7 @@ class Simulator {
     std::map<std::pair<int, int>, size_t> group_of;
     for (size_t g = 0; g < s_.tasks.sync_groups.size(); ++g) {
       const SyncGroupSpec& group = s_.tasks.sync_groups[g];
-      for (const std::pair<int, int> key : group.layers) {
+      for (const std::pair<int, int>& key : group.layers) {
         const auto [component, layer] = key;
         const std::string name = fmt::format("layer {} of component '{}'", layer, model_.components[component].name);
         const auto [at, added] = group_of.emplace(key, g);
@@ -1038,6 +1039,10 @@ class Simulator {
   std::vector<std::vector<CollectiveState>> encoder_collectives_;
   // (replica, pipeline, encoder micro-batch, layer, pass) → kernels run and kernels the layer has.
   std::map<std::tuple<int, int, int, int, int>, std::pair<int, int>> encoder_kernels_run_;
+  // Encoder layers with a backward on each pipeline rank: their forward keeps its activations until it runs.
+  std::vector<std::set<int32_t>> encoder_backward_layers_;
+  // (replica, encoder pipeline, micro-batch, layer) → the activation bytes its forward keeps on its device.
+  std::map<std::tuple<int, int, int, int32_t>, double> encoder_kept_bytes_;
 
   // Puts idle time before a compute-stream interval starting at `start` into its cause.
   void account_gap(Device& dev, double start, bool gather_bound) {
@@ -1132,6 +1137,35 @@ class Simulator {
   // Encoder kernels on their tensor slice: inside the LLM pass before them (filling its tensor-parallel gaps,
   // their collectives slowing its compute), or after it on the slice's stream. What overruns the pass's gaps
   // runs after the pass and delays whatever comes next on the slice.
+  // What an encoder layer pass's kernel range changes in its device's live activation bytes: the forward of a
+  // layer with a backward on the device keeps the layer's activations from its first kernel, the backward frees
+  // them after its last (a frozen encoder's forward, with none, keeps nothing).
+  double encoder_activation_change(int d, const Instruction& in) {
+    const int replica = d / pp_;
+    const std::tuple<int, int, int, int32_t> key{replica, in.encoder_pipeline, in.micro_batch, in.layer};
+    if (in.pass == Pass::kForward) {
+      if (in.kernel_begin != 0 || !encoder_backward_layers_[d % pp_].count(in.layer) || layer_class_[in.layer] < 0) {
+        return 0;
+      }
+      const int c = layer_component_.at(in.layer);
+      const TokenBatch batch = batch_for(c, load(replica, llm_micro_batch_of(in.encoder_pipeline, in.micro_batch)));
+      if (batch.tokens <= 0) return 0;
+      const LayerSpec& layer = model_.components[c].layers[in.layer - first_layer_of(c)];
+      const double bytes =
+          activation_bytes(layer, batch, sharding(c), s_.recompute[in.layer], options_.dropout, options_.dtype);
+      encoder_kept_bytes_[key] += bytes;
+      return bytes;
+    }
+    const auto run = encoder_kernels_run_.find({replica, in.encoder_pipeline, in.micro_batch, in.layer,
+                                                static_cast<int>(in.pass)});
+    if (run == encoder_kernels_run_.end() || run->second.first < run->second.second) return 0;  // not its last range
+    const auto kept = encoder_kept_bytes_.find(key);
+    if (kept == encoder_kept_bytes_.end()) return 0;
+    const double bytes = kept->second;
+    encoder_kept_bytes_.erase(kept);
+    return -bytes;
+  }
+
   void run_encoder_kernels(int d, const Instruction& in) {
     Device& dev = devices_[d];
     const int replica = d / pp_;
@@ -1175,6 +1209,10 @@ class Simulator {
     dev.slice_ready[b] = 0;
     dev.last_pass_end = std::max(dev.last_pass_end, end);
     record(d, TimelineEvent::Stream::kCompute, in, start, end, p.comm);
+    if (const double change = encoder_activation_change(d, in); change != 0) {
+      dev.activation_bytes += change;
+      note_memory(d, change > 0 ? start : end);
+    }
   }
 
   // Runs device `d` until it finishes or waits. Returns devices to wake.
@@ -1538,12 +1576,19 @@ class Simulator {
                                                                               : CollectiveOp::kAllGather;
     const DeviceGroupShape group{s_.encoder.dp, static_cast<int64_t>(s_.encoder.tp)};
     c.start = std::max(c.ready, k > 0 ? chain[k - 1].end : 0.0);
+    // One collective stream a device: the LLM's collectives and the encoders' take their turns on it.
+    for (int replica = 0; replica < replicas_; ++replica) {
+      for (int r = 0; r < pp_; ++r) {
+        if (s_.encoder.stage_on_rank(s_.layout, r) == e) c.start = std::max(c.start, devices_[device_of(replica, r)].coll_free);
+      }
+    }
     c.end = c.start + collective_seconds(op, gradients ? info.gradient_bytes : info.parameter_bytes, cluster_, eff_, group);
     c.resolved = true;
     for (int replica = 0; replica < replicas_; ++replica) {
       for (int r = 0; r < pp_; ++r) {
         if (s_.encoder.stage_on_rank(s_.layout, r) != e) continue;
         Device& host = devices_[device_of(replica, r)];
+        host.coll_free = std::max(host.coll_free, c.end);
         host.grads_ready = std::max(host.grads_ready, c.end);
         record(device_of(replica, r), TimelineEvent::Stream::kCollective, in, c.start, c.end);
         if (host.waiting) work.push_back(device_of(replica, r));
@@ -1742,7 +1787,11 @@ class Simulator {
   void resolve(int rank, int64_t k, const Instruction& in, std::deque<int>& work) {
     CollectiveState& c = collectives_[rank][k];
     const double previous = k > 0 ? collectives_[rank][k - 1].end : 0;
-    const double start = std::max(c.ready, previous);
+    double start = std::max(c.ready, previous);
+    // After whatever else holds the replicas' collective streams (the encoders' collectives in bubbles).
+    if (s_.encoder.present()) {
+      for (int replica = 0; replica < replicas_; ++replica) start = std::max(start, devices_[replica * pp_ + rank].coll_free);
+    }
     c.start = start;
     c.end = start + collective_duration(in);
     c.resolved = true;
@@ -1778,6 +1827,12 @@ class Simulator {
       encoder_arrivals_.assign(replicas_, std::vector<double>(static_cast<size_t>(2) * s_.encoder.pipelines *
                                                                   s_.encoder.pp * encoder_max_micro_batches_, -1.0));
       encoder_collectives_.resize(s_.encoder.pp);
+      encoder_backward_layers_.assign(pp_, {});
+      for (int r = 0; r < pp_; ++r) {
+        for (const Instruction& in : s_.programs[r].instructions) {
+          if (in.op == OpKind::kEncoderKernels && in.pass != Pass::kForward) encoder_backward_layers_[r].insert(in.layer);
+        }
+      }
     }
     collectives_.resize(pp_);
     collective_index_.resize(pp_);
