@@ -151,13 +151,14 @@ std::vector<MicroBatchLoads> loads_from_data(const SimulateOptions& o, const Mod
   return out;
 }
 
-// A schedule file's text, or the schedule a plan file (`fulcrum plan --out`) holds. A plan file is read whole, as
+// A schedule file's schedule, or the one a plan file (`fulcrum plan --out`) holds. A plan file is read whole, as
 // `fulcrum report` reads it, and must be of the job the options describe: its schedule was made for that model,
 // cluster, batch and number format, and timed on another it would answer another question.
-std::string schedule_text(const std::string& text, const std::string& file, const SimulateOptions& o,
-                          const ModelSpec& model, Dtype dtype) {
+Schedule loaded_schedule(const std::string& text, const std::string& file, const SimulateOptions& o,
+                         const ModelSpec& model, Dtype dtype) {
   const Json doc = parse_json_document(text, file);
-  if (!doc.is_object() || !doc.contains("kind") || doc["kind"] != "plan") return text;  // not a plan
+  // Any "kind" that is not "plan": not a plan.
+  if (!doc.is_object() || !doc.contains("kind") || doc["kind"] != "plan") return schedule_from_json(text, file);
   if (!doc.contains("schedule")) throw InputError(fmt::format("{}: a plan without a schedule", file));
   const PlanFile p = read_plan_file(text, file);
   const auto differ = [&](const char* what, const std::string& planned, const std::string& given, const char* option) {
@@ -168,7 +169,7 @@ std::string schedule_text(const std::string& text, const std::string& file, cons
   if (p.gbs != o.gbs) differ("global batch", std::to_string(p.gbs), std::to_string(o.gbs), "--gbs");
   if (p.mbs != o.mbs) differ("micro-batch size", std::to_string(p.mbs), std::to_string(o.mbs), "--mbs");
   if (p.dtype != dtype_name(dtype)) differ("number format", p.dtype, std::string(dtype_name(dtype)), "--dtype");
-  return doc["schedule"].dump();
+  return p.schedule;
 }
 
 void run_simulate(const SimulateOptions& o) {
@@ -217,8 +218,7 @@ void run_simulate(const SimulateOptions& o) {
   // The plan: generated from the options, or a schedule file written by a planner (or --save-schedule).
   Schedule schedule;
   if (!o.load_schedule.empty()) {
-    schedule = schedule_from_json(schedule_text(read_text_file(o.load_schedule), o.load_schedule, o, model, dtype),
-                                  o.load_schedule);
+    schedule = loaded_schedule(read_text_file(o.load_schedule), o.load_schedule, o, model, dtype);
     validate(schedule, o.load_schedule);
   }
   const ParallelLayout* given = o.load_schedule.empty() ? nullptr : &schedule.layout;

@@ -799,6 +799,15 @@ class Planner {
     adopt(plan, o, loads_of(plan.config));
   }
 
+  // `detail`, the first step's simulation, takes another step's memory: each stage's most, and out of memory if
+  // either is.
+  static void take_memory_of(SimResult& detail, const SimResult& step) {
+    detail.oom = detail.oom || step.oom;
+    for (size_t r = 0; r < step.peak_memory_bytes.size() && r < detail.peak_memory_bytes.size(); ++r) {
+      detail.peak_memory_bytes[r] = std::max(detail.peak_memory_bytes[r], step.peak_memory_bytes[r]);
+    }
+  }
+
   // Why a schedule with the encoders in the bubbles does not fit: its activations held beside the LLM's.
   static std::string bubbles_do_not_fit(const SimResult& r) {
     const double peak = *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
@@ -961,10 +970,7 @@ class Planner {
       sum += step.iteration_seconds;
       flops += step.model_flops;
       // Memory over every step, as simulate_plan takes it: a step with more images keeps more activations.
-      out.detail.oom = out.detail.oom || step.oom;
-      for (size_t r = 0; r < step.peak_memory_bytes.size() && r < out.detail.peak_memory_bytes.size(); ++r) {
-        out.detail.peak_memory_bytes[r] = std::max(out.detail.peak_memory_bytes[r], step.peak_memory_bytes[r]);
-      }
+      take_memory_of(out.detail, step);
     }
     out.mean_iteration_seconds = sum / static_cast<double>(loads.steps.size());
     out.mean_model_flops = flops / static_cast<double>(loads.steps.size());
@@ -1030,11 +1036,8 @@ class Planner {
       if (k == 0) {
         plan.detail = std::move(result);
       } else {
-        plan.detail.oom = plan.detail.oom || result.oom;
         plan.detail.gave_up = plan.detail.gave_up || result.gave_up;
-        for (size_t s = 0; s < result.peak_memory_bytes.size(); ++s) {
-          plan.detail.peak_memory_bytes[s] = std::max(plan.detail.peak_memory_bytes[s], result.peak_memory_bytes[s]);
-        }
+        take_memory_of(plan.detail, result);
       }
     }
     plan.iteration_seconds = steps.empty() ? 0 : sum / static_cast<double>(steps.size());

@@ -85,7 +85,7 @@ class PlanFileReader : public JsonReader {
       fail("optimus", "the plan puts encoders in bubbles, but its schedule has no encoder section");
     }
     // The global batch is the micro-batch size times the micro-batches and the replicas: a report shows the three.
-    const int64_t mbs = integer(plan, "mbs", "plan");
+    const int64_t mbs = p.mbs;
     if (mbs < 1 || mbs > p.gbs || static_cast<double>(mbs) * p.micro_batches * l.dp != static_cast<double>(p.gbs)) {
       fail("plan", "\"mbs\" {} × {} micro-batches × DP {} is not the request's global batch {}", mbs,
            p.micro_batches, l.dp, p.gbs);

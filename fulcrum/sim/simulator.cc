@@ -1134,9 +1134,6 @@ class Simulator {
     return "?";
   }
 
-  // Encoder kernels on their tensor slice: inside the LLM pass before them (filling its tensor-parallel gaps,
-  // their collectives slowing its compute), or after it on the slice's stream. What overruns the pass's gaps
-  // runs after the pass and delays whatever comes next on the slice.
   // What an encoder layer pass's kernel range changes in its device's live activation bytes: the forward of a
   // layer with a backward on the device keeps the layer's activations from its first kernel, the backward frees
   // them after its last (a frozen encoder's forward, with none, keeps nothing).
@@ -1166,6 +1163,9 @@ class Simulator {
     return -bytes;
   }
 
+  // Encoder kernels on their tensor slice: inside the LLM pass before them (filling its tensor-parallel gaps,
+  // their collectives slowing its compute), or after it on the slice's stream. What overruns the pass's gaps
+  // runs after the pass and delays whatever comes next on the slice.
   void run_encoder_kernels(int d, const Instruction& in) {
     Device& dev = devices_[d];
     const int replica = d / pp_;
