@@ -246,6 +246,14 @@ TEST_F(Cli, BadInputTable) {
        "--baseline-config 8,1,1,1,1 --quiet --out {out}",
        "--baseline-config pins megatron, balanced and optimus's LLM plan; --strategy fulcrum with --no-baselines "
        "plans none of them"},
+      // Even recomputing, 256 images a sample through ViT-22B do not fit beside the LLM: the encoders' shortfall
+      // is the reason given (not that of an LLM planned into the little room left).
+      {"plan_bubbles_do_not_fit", "", "plan --model vit-22b+gpt-11b --cluster a100:16 --gbs 32 --images-per-sample 256 "
+       "--encoders bubbles --no-baselines --quiet --out {out}",
+       "the encoders cannot run in the LLM's bubbles on this configuration: with the encoders' activations in the "
+       "LLM's bubbles (their recomputation: full) a device needs"},
+      {"plan_encoder_recompute_no_encoder", "", "plan --model gpt-11b --cluster a100:8 --gbs 8 --encoder-recompute full "
+       "--quiet --out {out}", "--encoder-recompute: model 'gpt-11b' has no encoder"},
       {"plan_optimus_megatron_layout", "", "plan --model vit-3b+gpt-11b --cluster a100:8 --gbs 8 --strategy optimus "
        "--megatron-layout --quiet --out {out}", "--megatron-layout keeps the encoders in the first stage"},
       {"plan_optimus_pinned_twice", "", "plan --model vit-3b+gpt-11b --cluster a100:8 --gbs 8 --strategy optimus "
@@ -1290,6 +1298,47 @@ TEST_F(Cli, PlanOptimusPutsTheEncoderInTheLlmsBubbles) {
   EXPECT_EQ(llm.status, 2);
   EXPECT_NE(llm.err.find("has no encoder to give its own plan"), std::string::npos) << llm.err;
   EXPECT_TRUE(llm.out.empty()) << llm.out;
+}
+
+// Encoders in bubbles recompute their layers where the images' activations, held from each forward to its
+// backward, would not fit beside the LLM's: ViT-22B over 8 images a sample on 16 A100s, which megatron's plan
+// (the encoder in its first stage, recomputing) fits.
+TEST_F(Cli, PlanOptimusRecomputesTheEncodersWhereTheirActivationsWouldNotFit) {
+  const std::string job = "plan --model vit-22b+gpt-11b --cluster a100:16 --gbs 32 --images-per-sample 8 --quiet ";
+  const Result megatron = run(job + "--strategy megatron --no-baselines --json");
+  ASSERT_EQ(megatron.status, 0) << megatron.err;
+  // Kept whole, or with the attention's alone recomputed, they do not fit: one line, no plan.
+  for (const char* mode : {"none", "selective"}) {
+    const Result kept = run(job + "--strategy optimus --no-baselines --encoder-recompute " + mode);
+    EXPECT_EQ(kept.status, 2);
+    EXPECT_NE(kept.err.find(fmt::format("(their recomputation: {}) a device needs", mode)), std::string::npos)
+        << kept.err;
+    EXPECT_TRUE(kept.out.empty()) << kept.out;
+  }
+  const std::string file = (dir_ / "recomputing.json").string();
+  const Result r = run(job + "--strategy optimus --no-baselines --json --out " + file);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["optimus"]["encoder_plan"]["recompute"], "full");
+  const auto peaks = j["predicted"]["peak_memory_bytes"];
+  // Within an A100's usable 75 GiB (what the refusals above measure against).
+  EXPECT_LE(*std::max_element(peaks.begin(), peaks.end()), 75.0 * (1 << 30)) << r.out;
+  // The schedule says so (every encoder layer with a backward recomputes), and runs in the time planned.
+  const auto plan_file = nlohmann::json::parse(slurp(file));
+  // ViT-22B's patch embedding and 48 blocks, and the projector: the encoder side's 50 layers.
+  EXPECT_EQ(plan_file["schedule"]["recompute"].front(), nlohmann::json::array({"full", 50}))
+      << plan_file["schedule"]["recompute"];
+  const Result sim = run("simulate --model vit-22b+gpt-11b --cluster a100:16 --gbs 32 --images-per-sample 8 "
+                         "--mbs " + std::to_string(plan_file["plan"]["mbs"].get<int>()) + " --load-schedule " + file +
+                         " --json --quiet");
+  ASSERT_EQ(sim.status, 0) << sim.err;
+  EXPECT_NEAR(nlohmann::json::parse(sim.out)["iteration_seconds"].get<double>(),
+              j["predicted"]["iteration_seconds"].get<double>(), 1e-9);
+  // The option belongs to encoders in bubbles.
+  const Result stages = run(job + "--strategy megatron --encoder-recompute full");
+  EXPECT_EQ(stages.status, 2);
+  EXPECT_NE(stages.err.find("--encoder-recompute sets the encoder plan of encoders in the LLM's bubbles"),
+            std::string::npos) << stages.err;
 }
 
 // Optimus schedules the planner once made wrong: a step without images, where the encoders' no-op passes sat

@@ -118,12 +118,6 @@ ComponentFlops flops_of(const ComponentSpec& c) {
   return {c.role == ComponentRole::kEncoder ? "patch token" : "token", linear / kProbe, attention};
 }
 
-Recompute recompute_of(const std::string& name) {
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  return Recompute::kNone;
-}
-
 // Activation memory of a component's transformer blocks for the stated micro-batch, on one device.
 struct ComponentActivations {
   TokenBatch batch;
@@ -150,7 +144,7 @@ ComponentActivations activations_of(const ComponentSpec& c, const MicroBatch& mb
   const TensorSharding sharding{out.tp, mb.sequence_parallel, mb.cp};
   const size_t used = c.layers.size() - static_cast<size_t>(c.unused_final_layers);
   for (size_t i = 0; i < c.layers.size(); ++i) {
-    const double bytes = i < used ? activation_bytes(c.layers[i], out.batch, sharding, recompute_of(mb.recompute),
+    const double bytes = i < used ? activation_bytes(c.layers[i], out.batch, sharding, parse_recompute(mb.recompute, "--recompute"),
                                                      /*dropout=*/false, parse_dtype(mb.dtype))
                                   : 0;
     out.per_layer.push_back(bytes);

@@ -51,6 +51,7 @@ struct PlanOptions {
   std::string exporter;
   std::string encoders = "best";
   int encoder_pp = 0;
+  std::string encoder_recompute = "auto";
   bool json = false;
   bool quiet = false;
   bool no_baselines = false;
@@ -61,6 +62,7 @@ struct PlanOptions {
   std::vector<std::string> data_options;       // given: they choose --data's samples and batches, so need it
   std::vector<std::string> synthetic_options;  // given: they shape the samples without --data, so refuse it
   bool encoder_pp_given = false;
+  bool encoder_recompute_given = false;
   bool baseline_config_given = false;
 };
 
@@ -125,7 +127,7 @@ Json summary_json(const TrainingPlan& p) {
 // Optimus's encoder plan and schedule. Efficiencies: the share of encoder compute inside the LLM's bubbles.
 Json optimus_json(const OptimusPlan& o) {
   const EncoderPlan& e = o.encoder_plan;
-  return {{"encoder_plan", {{"dp", e.dp}, {"pp", e.pp}, {"tp", e.tp}}},
+  return {{"encoder_plan", {{"dp", e.dp}, {"pp", e.pp}, {"tp", e.tp}, {"recompute", recompute_name(e.recompute)}}},
           {"m", e.pipelines},
           {"microbatch_split", o.split},
           {"efficiency_coarse", o.coarse.efficiency},
@@ -163,6 +165,7 @@ std::string command_line(const PlanOptions& o) {
   if (o.megatron_layout) out += " --megatron-layout";
   add("--encoders", o.encoders, defaults.encoders);
   add("--encoder-pp", std::to_string(o.encoder_pp), std::to_string(defaults.encoder_pp));
+  add("--encoder-recompute", o.encoder_recompute, defaults.encoder_recompute);
   add("--seed", std::to_string(o.seed), std::to_string(defaults.seed));
   add("--out", o.out, defaults.out);
   add("--report", o.report, defaults.report);
@@ -233,9 +236,12 @@ void run_plan(const PlanOptions& o) {
     request.encoders = EncoderSite::kStages;
   }
   const Strategy planned_strategy = parse_strategy(o.strategy);
-  if (o.encoder_pp_given) {
+  if (o.encoder_recompute != "auto") request.encoder_recompute = parse_recompute(o.encoder_recompute, "--encoder-recompute");
+  for (const auto& [given, option] : {std::pair{o.encoder_pp_given, "--encoder-pp"},
+                                      std::pair{o.encoder_recompute_given, "--encoder-recompute"}}) {
+    if (!given) continue;
     if (!request.model.has_encoder()) {
-      throw InputError(fmt::format("--encoder-pp: model '{}' has no encoder", request.model.name));
+      throw InputError(fmt::format("{}: model '{}' has no encoder", option, request.model.name));
     }
     // --ablation's last step moves the encoders into the bubbles whatever the strategy.
     const bool bubbles = planned_strategy == Strategy::kOptimus ||
@@ -243,8 +249,8 @@ void run_plan(const PlanOptions& o) {
                           request.encoders != EncoderSite::kStages);
     if (!bubbles) {
       throw InputError(fmt::format(
-          "--encoder-pp sets the encoder plan of encoders in the LLM's bubbles: --strategy optimus, or fulcrum (or "
-          "--ablation) with --encoders best or bubbles{}",
+          "{} sets the encoder plan of encoders in the LLM's bubbles: --strategy optimus, or fulcrum (or "
+          "--ablation) with --encoders best or bubbles{}", option,
           planned_strategy == Strategy::kFulcrum ? " (--export and --megatron-layout keep them in the stages)" : ""));
     }
   }
@@ -468,9 +474,13 @@ void run_plan(const PlanOptions& o) {
   std::cout << fmt::format("\n  recomputation: {}\n", recompute_summary(plan.schedule));
   if (plan.optimus) {
     const OptimusPlan& op = *plan.optimus;
-    std::cout << fmt::format("  encoders on their own plan: DP {} PP {} TP {}, m = {}, split {}; {:.0f}% of their "
+    std::cout << fmt::format("  encoders on their own plan: DP {} PP {} TP {}{}, m = {}, split {}; {:.0f}% of their "
                              "compute in LLM bubbles ({:.0f}% coarse); scheduled in {:.2f} s\n",
-                             op.encoder_plan.dp, op.encoder_plan.pp, op.encoder_plan.tp, op.encoder_plan.pipelines,
+                             op.encoder_plan.dp, op.encoder_plan.pp, op.encoder_plan.tp,
+                             op.encoder_plan.recompute == Recompute::kNone
+                                 ? ""
+                                 : fmt::format(", {} recomputation", recompute_name(op.encoder_plan.recompute)),
+                             op.encoder_plan.pipelines,
                              fmt::join(op.split, "/"), 100 * op.fine.efficiency, 100 * op.coarse.efficiency,
                              op.scheduler_seconds);
   }
@@ -533,6 +543,10 @@ std::function<void()> add_plan_command(CLI::App& app) {
   cmd->add_option("--encoder-pp", o->encoder_pp,
                   "Encoders in bubbles: only encoder plans of this many pipeline stages (default: any)")
       ->check(at_least(1));
+  cmd->add_option("--encoder-recompute", o->encoder_recompute,
+                  "Encoders in bubbles: recomputation of their layers, auto (none, or full where their activations "
+                  "would not fit) | none | selective | full")
+      ->check(CLI::IsMember({"auto", "none", "selective", "full"}))->capture_default_str();
   cmd->add_option("--out", o->out, "Write the plan and its schedule as JSON");
   cmd->add_option("--report", o->report, "Write an HTML report of the plan beside its baselines (fulcrum report)");
   cmd->add_option("--export", o->exporter, "Also print the plan as megatron arguments or a deepspeed partition");
@@ -551,6 +565,7 @@ std::function<void()> add_plan_command(CLI::App& app) {
       if (cmd->count(name) > 0) o->synthetic_options.push_back(name);
     }
     o->encoder_pp_given = cmd->count("--encoder-pp") > 0;
+    o->encoder_recompute_given = cmd->count("--encoder-recompute") > 0;
     o->baseline_config_given = cmd->count("--baseline-config") > 0;
     run_plan(*o);
   };

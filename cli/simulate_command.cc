@@ -80,13 +80,6 @@ struct SimulateOptions {
   bool quiet = false;
 };
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::kNone;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  throw InputError(fmt::format("--recompute {}: use none, selective or full", name));
-}
-
 StateSharding state_sharding(const SimulateOptions& o) {
   if (o.distributed_optimizer) {
     if (o.zero != 0) throw InputError("--distributed-optimizer is Megatron's sharding: it does not go with --zero");
@@ -259,7 +252,7 @@ void run_simulate(const SimulateOptions& o) {
     const EncoderPlacement placement =
         o.placement == "spread" ? EncoderPlacement::kSpread : EncoderPlacement::kFirstStage;
     schedule = make_pipeline_schedule(kind, layout, micro_batches, partition_layers(model, layout.stages(), placement),
-                                      block_recompute(model, parse_recompute(o.recompute)));
+                                      block_recompute(model, parse_recompute(o.recompute, "--recompute")));
     validate(schedule, "generated schedule");
   }
   const ParallelLayout& layout = schedule.layout;

@@ -1,6 +1,10 @@
 #include "fulcrum/cost/layer_flops.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+
+#include "fulcrum/core/error.h"
 
 namespace fulcrum {
 namespace {
@@ -75,6 +79,22 @@ double model_flops(const LayerSpec& layer, const TokenBatch& batch, bool trainab
 double hardware_flops(const LayerSpec& layer, const TokenBatch& batch, Recompute recompute, bool trainable) {
   return model_flops(layer, batch, trainable) +
          layer_flops(layer, Pass::kRecompute, batch, trainable, recompute).total();
+}
+
+std::string_view recompute_name(Recompute mode) {
+  switch (mode) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(std::string_view name, std::string_view what) {
+  for (Recompute mode : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    if (name == recompute_name(mode)) return mode;
+  }
+  throw InputError(fmt::format("{} {}: use none, selective or full", what, name));
 }
 
 }  // namespace fulcrum

@@ -2,6 +2,7 @@
 #define FULCRUM_COST_LAYER_FLOPS_H_
 
 #include <cstdint>
+#include <string_view>
 
 #include "fulcrum/model/model_spec.h"
 
@@ -15,6 +16,9 @@ enum class Pass { kForward, kBackwardInput, kBackwardWeight, kRecompute, kBackwa
 
 // How much of a layer's forward is run again in the backward pass to save activation memory.
 enum class Recompute { kNone, kSelective, kFull };
+std::string_view recompute_name(Recompute mode);  // "none", "selective", "full"
+// The mode of that name; InputError naming `what` (an option, a field) otherwise.
+Recompute parse_recompute(std::string_view name, std::string_view what);
 
 // The tokens one layer processes for a packed micro-batch: `sequences` variable-length sequences whose
 // lengths t sum to `tokens` and whose squares sum to `tokens_squared` (attention cost).

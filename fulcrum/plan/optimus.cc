@@ -229,7 +229,11 @@ std::vector<EncoderStagePasses> encoder_stage_passes(const ModelSpec& model, con
           out[e].backward.push_back({l, Pass::kBackward});
         } else if (upstream_trains[l]) {
           out[e].backward.push_back({l, Pass::kBackwardInput});
+        } else {
+          continue;
         }
+        // Reversed below: the recomputation just before the backward it serves.
+        if (plan.recompute != Recompute::kNone) out[e].backward.push_back({l, Pass::kRecompute});
       }
     }
     std::reverse(out[e].backward.begin(), out[e].backward.end());
@@ -274,6 +278,7 @@ EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int r
         w.batch = component_batch(model, fl.component, loads[i]);
         w.sharding = sharding;
         w.trainable = model.components[fl.component].trainable;
+        w.recompute = lp.pass == Pass::kRecompute ? plan.recompute : Recompute::kNone;
         w.dtype = in.dtype;
         return w;
       };
@@ -448,7 +453,8 @@ OptimusPlan plan_optimus(const OptimusInputs& in) {
   memory.llm_bytes_per_rank = out.llm.result.peak_memory_bytes;
   const std::vector<EncoderPlan> plans = encoder_plans(*in.model, in.llm_layout, memory, &out.rejected);
   bool found = false;
-  for (const EncoderPlan& plan : plans) {
+  for (EncoderPlan plan : plans) {
+    plan.recompute = in.encoder_recompute;
     if (in.encoder_pp > 0 && plan.pp != in.encoder_pp) {
       out.rejected.push_back(fmt::format("encoder PP {} TP {}: the request pins encoder PP {}", plan.pp, plan.tp,
                                          in.encoder_pp));

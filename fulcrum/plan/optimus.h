@@ -47,6 +47,7 @@ struct OptimusInputs {
   const Schedule* llm_schedule_given = nullptr;
   int micro_batches = 0;                       // per LLM pipeline
   int encoder_pp = 0;                          // only encoder plans of this many stages; 0: any
+  Recompute encoder_recompute = Recompute::kNone;  // every encoder plan's (EncoderPlan::recompute)
   MicroBatchLoads loads;                       // one step's, as the simulator takes them
   Dtype dtype = Dtype::kBf16;
   // Splits of one encoder plan evaluated exhaustively up to this count; beyond, the descent of
@@ -72,7 +73,8 @@ LlmAlone simulate_llm_alone(const OptimusInputs& in, const std::vector<int>& few
 std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, const LlmAlone& llm);
 
 // One encoder layer's pass as an encoder plan runs it: the forward; in the backward, the whole backward of a
-// trained layer, or the input gradient alone of a frozen one with something trained before it in its chain.
+// trained layer, or the input gradient alone of a frozen one with something trained before it in its chain,
+// each just after the layer's recomputation when the plan recomputes.
 struct EncoderLayerPass {
   int32_t layer = 0;  // flattened
   Pass pass = Pass::kForward;

@@ -88,6 +88,11 @@ class Builder {
     layout_ = s.layout;
 
     passes_ = encoder_stage_passes(model, ep_);
+    for (const EncoderStagePasses& sp : passes_) {
+      for (const EncoderLayerPass& lp : sp.backward) {
+        if (lp.pass == Pass::kRecompute) s.recompute.at(lp.layer) = ep_.recompute;
+      }
+    }
     count_kernels();
     collect_rank_passes();
     items_.assign(layout_.pp, {});
@@ -130,6 +135,7 @@ class Builder {
       w.batch = component_batch(*in_.model, fl.component, one);
       w.sharding = sharding;
       w.trainable = in_.model->components[fl.component].trainable;
+      w.recompute = lp.pass == Pass::kRecompute ? ep_.recompute : Recompute::kNone;
       w.dtype = in_.dtype;
       const LayerCost c = lp.pass == Pass::kBackward ? backward_cost(*in_.cost, w) : in_.cost->layer_cost(w);
       return std::max<int>(1, static_cast<int>(c.kernels.size()));

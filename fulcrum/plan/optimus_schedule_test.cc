@@ -258,14 +258,107 @@ TEST_F(BrokenSchedule, AnEncoderBackwardBeforeItsGradient) {
   FAIL() << "no encoder gradient receive";
 }
 
-// Encoder passes in bubbles are priced and held in memory without recomputation: a schedule that asks for it
-// would be run one way and timed another.
-TEST_F(BrokenSchedule, AnEncoderLayerThatRecomputes) {
+// An encoder layer's recompute mode and its passes agree: a mode whose recomputation the program never runs
+// would be timed as one and run as the other.
+TEST_F(BrokenSchedule, AnEncoderLayerWhoseModeAsksARecomputationItNeverRuns) {
   Schedule s = schedule_;
   const int32_t layer = s.encoder.stages.front().front().first_layer + 1;
   ASSERT_EQ(s.recompute.at(layer), Recompute::kNone);
   s.recompute[layer] = Recompute::kFull;
-  EXPECT_THAT(error_of(s), HasSubstr("in the LLM's bubbles run without recomputation"));
+  EXPECT_THAT(error_of(s), HasSubstr("backward runs before its recomputation"));
+}
+
+// With the encoders recomputing, each trained layer's backward in the bubbles is preceded by its forward run
+// again: the schedule validates, loads back, keeps less of the images' activations and takes the forward's
+// kernels more.
+TEST(OptimusSchedule, RecomputingEncodersKeepLessAndRunTheirForwardAgain) {
+  EightGpus g;
+  const OptimusPlan plain = plan_optimus(g.in);
+  OptimusInputs in = g.in;
+  in.encoder_recompute = Recompute::kFull;
+  const OptimusPlan plan = plan_optimus(in);
+  EXPECT_EQ(plan.encoder_plan.recompute, Recompute::kFull);
+  const Schedule s = optimus_schedule(in, plan);
+  ASSERT_NO_THROW(validate(s));
+  const Schedule back = schedule_from_json(schedule_to_json(s), "optimus.json");
+  EXPECT_EQ(schedule_to_json(back), schedule_to_json(s));
+  // Every encoder layer with a backward runs a recomputation of every micro-batch, right before it.
+  int recomputes = 0, backwards = 0;
+  for (const Program& p : s.programs) {
+    const Instruction* last_begun = nullptr;
+    for (const Instruction& ins : p.instructions) {
+      if (ins.op != OpKind::kEncoderKernels || ins.kernel_begin != 0) continue;
+      if (ins.pass == Pass::kRecompute) ++recomputes;
+      if (ins.pass == Pass::kBackward) {
+        ++backwards;
+        ASSERT_NE(last_begun, nullptr);
+        EXPECT_EQ(last_begun->pass, Pass::kRecompute);
+        EXPECT_EQ(last_begun->layer, ins.layer);
+        EXPECT_EQ(last_begun->micro_batch, ins.micro_batch);
+        EXPECT_EQ(s.recompute.at(ins.layer), Recompute::kFull);
+      }
+      last_begun = &ins;
+    }
+  }
+  EXPECT_GT(backwards, 0);
+  EXPECT_EQ(recomputes, backwards);
+  // The backward's kernel lists grow by the forward's.
+  const EncoderWork work = encoder_work(in, plan.encoder_plan);
+  EncoderPlan without = plan.encoder_plan;
+  without.recompute = Recompute::kNone;
+  const EncoderWork plain_work = encoder_work(g.in, without);
+  for (size_t e = 0; e < work.backward.size(); ++e) {
+    for (size_t i = 0; i < work.backward[e].size(); ++i) {
+      EXPECT_EQ(work.backward[e][i].size(), plain_work.backward[e][i].size() + plain_work.forward[e][i].size());
+    }
+  }
+  const Schedule plain_schedule = optimus_schedule(g.in, plain);
+  const SimResult kept = g.simulate_on(plain_schedule, g.in.loads);
+  const SimResult recomputed = g.simulate_on(s, g.in.loads);
+  EXPECT_FALSE(recomputed.oom);
+  EXPECT_LT(*std::max_element(recomputed.peak_memory_bytes.begin(), recomputed.peak_memory_bytes.end()),
+            *std::max_element(kept.peak_memory_bytes.begin(), kept.peak_memory_bytes.end()));
+  EXPECT_GT(recomputed.hardware_flops, kept.hardware_flops);
+  EXPECT_NEAR(recomputed.model_flops, kept.model_flops, 1e-9 * kept.model_flops);
+}
+
+// The recomputation runs before the backward it serves, and only where the layer's mode asks for one.
+TEST(OptimusSchedule, AnEncoderRecomputationOutOfPlaceIsRefused) {
+  EightGpus g;
+  OptimusInputs in = g.in;
+  in.encoder_recompute = Recompute::kFull;
+  const Schedule s = optimus_schedule(in, plan_optimus(in));
+  auto error_of = [](const Schedule& broken) {
+    try {
+      validate(broken);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (int r = 0; r < s.layout.pp; ++r) {
+    const auto& p = s.programs[r].instructions;
+    const auto first = std::find_if(p.begin(), p.end(), [](const Instruction& ins) {
+      return ins.op == OpKind::kEncoderKernels && ins.pass == Pass::kRecompute;
+    });
+    if (first == p.end()) continue;
+    const size_t at = static_cast<size_t>(first - p.begin());
+    // Dropped: the backward runs on what the forward did not keep.
+    Schedule dropped = s;
+    auto& d = dropped.programs[r].instructions;
+    d.erase(d.begin() + static_cast<std::ptrdiff_t>(at), d.begin() + static_cast<std::ptrdiff_t>(at) +
+            std::count_if(first, p.end(), [&](const Instruction& ins) {
+              return ins.op == OpKind::kEncoderKernels && ins.pass == Pass::kRecompute && ins.layer == first->layer &&
+                     ins.micro_batch == first->micro_batch && ins.encoder_pipeline == first->encoder_pipeline;
+            }));
+    EXPECT_THAT(error_of(dropped), HasSubstr("backward runs before its recomputation"));
+    // Asked of a layer whose mode is none.
+    Schedule unasked = s;
+    unasked.recompute.at(first->layer) = Recompute::kNone;
+    EXPECT_THAT(error_of(unasked), HasSubstr("recomputes, but its recompute mode is none"));
+    return;
+  }
+  FAIL() << "no encoder recomputation in the schedule";
 }
 
 // Stage order: a downstream encoder stage's forward needs the upstream stage's activation.

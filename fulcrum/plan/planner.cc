@@ -791,11 +791,25 @@ class Planner {
     return out;
   }
 
+  struct OptimusOutcome {
+    std::shared_ptr<OptimusPlan> optimus;
+    Schedule schedule;  // the first step's, over the whole model (optimus_schedule)
+    SimResult detail;   // its simulation on the first step
+    double mean_iteration_seconds = 0;
+    double mean_model_flops = 0;
+  };
+
   // Optimus on the chosen LLM plan: the encoder plan and split searched on the first sampled step, and its
   // schedule, static as Optimus's is, run on every sampled step for the mean iteration time.
   void move_encoders_into_bubbles(TrainingPlan& plan) const {
-    const OptimusOutcome o = encoders_in_bubbles(plan, nullptr, loads_of(plan.config), StepSchedules::kStatic);
-    if (o.detail.oom) throw NoPlanFits(fmt::format("optimus: {}", bubbles_do_not_fit(o.detail)));
+    auto outcome = [&](Recompute encoder_recompute) {
+      return encoders_in_bubbles(plan, nullptr, loads_of(plan.config), StepSchedules::kStatic,
+                                 OptimusInputs{}.split_evaluation_budget, std::numeric_limits<double>::infinity(),
+                                 encoder_recompute);
+    };
+    OptimusOutcome o = outcome(r_.encoder_recompute.value_or(Recompute::kNone));
+    if (o.detail.oom && !r_.encoder_recompute) o = outcome(Recompute::kFull);
+    if (o.detail.oom) throw NoPlanFits(fmt::format("optimus: {}", bubbles_do_not_fit(o)));
     adopt(plan, o, loads_of(plan.config));
   }
 
@@ -809,10 +823,12 @@ class Planner {
   }
 
   // Why a schedule with the encoders in the bubbles does not fit: its activations held beside the LLM's.
-  static std::string bubbles_do_not_fit(const SimResult& r) {
+  static std::string bubbles_do_not_fit(const OptimusOutcome& o) {
+    const SimResult& r = o.detail;
     const double peak = *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
-    return fmt::format("with the encoders' activations in the LLM's bubbles a device needs {:.1f} GiB more than the "
-                       "{:.1f} GiB usable", (peak - r.usable_memory_bytes) / (1024.0 * 1024 * 1024),
+    return fmt::format("with the encoders' activations in the LLM's bubbles (their recomputation: {}) a device needs "
+                       "{:.1f} GiB more than the {:.1f} GiB usable", recompute_name(o.optimus->encoder_plan.recompute),
+                       (peak - r.usable_memory_bytes) / (1024.0 * 1024 * 1024),
                        r.usable_memory_bytes / (1024.0 * 1024 * 1024));
   }
 
@@ -847,6 +863,7 @@ class Planner {
     std::string why_not;
     for (const std::optional<ParallelConfig>& config : configs) {
       sub.config = config;
+      std::string reason;  // this configuration's
       try {
         // Room for the encoders' state: the least any encoder plan of the configuration keeps on a device.
         sub.cluster = r_.cluster;
@@ -865,6 +882,7 @@ class Planner {
         sub.cluster.reserve_bytes += least;
         // The encoders' activations are known once they are scheduled: where they overflow, the LLM is planned
         // again with that much less room (more recomputation, say), twice at most.
+        bool recomputing_fitted = false;
         for (int attempt = 0; attempt < 3; ++attempt) {
           Planner llm_planner(recipe, sub);
           const TrainingPlan llm_plan = llm_planner.run();
@@ -872,45 +890,63 @@ class Planner {
           // A smaller split search than `optimus`'s own: this runs beside a whole configuration search.
           // A candidate slower than the plan on the first step is not scheduled on the others, unless the
           // request wants the encoders in bubbles and none is there yet.
-          const bool must_adopt = forced && !plan.optimus;
-          const OptimusOutcome o =
-              encoders_in_bubbles(plan, &llm_plan.schedule, loads, StepSchedules::kPerStep, kTrySplitEvaluations,
-                                  must_adopt ? std::numeric_limits<double>::infinity() : plan.detail.iteration_seconds);
+          auto outcome = [&](Recompute encoder_recompute) {
+            const bool must_adopt = forced && !plan.optimus;
+            return encoders_in_bubbles(
+                plan, &llm_plan.schedule, loads, StepSchedules::kPerStep, kTrySplitEvaluations,
+                must_adopt ? std::numeric_limits<double>::infinity() : plan.detail.iteration_seconds, encoder_recompute);
+          };
+          // Adopted where it is faster than the plan so far (whatever it costs when the request wants the
+          // encoders in bubbles and none is there yet).
+          auto consider = [&](const OptimusOutcome& o) {
+            if ((forced && !plan.optimus) ||
+                o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
+              adopt(plan, o, loads, &llm_plan.config);
+            }
+          };
+          const OptimusOutcome o = outcome(r_.encoder_recompute.value_or(Recompute::kNone));
           if (o.detail.oom) {
-            why_not = bubbles_do_not_fit(o.detail);
+            // The encoders recomputing on this LLM plan (until that once fits), and (below) the LLM planned again
+            // with room for them: both are tried, the faster kept. The room is what the encoders need as they
+            // are where recomputing fits, and recomputing otherwise.
+            const OptimusOutcome* short_of = &o;
+            std::optional<OptimusOutcome> recomputing;
+            if (!r_.encoder_recompute && !recomputing_fitted) {
+              recomputing = outcome(Recompute::kFull);
+              if (recomputing->detail.oom) {
+                short_of = &*recomputing;
+              } else {
+                recomputing_fitted = true;
+                consider(*recomputing);
+              }
+            }
+            const SimResult& over = short_of->detail;
+            reason = bubbles_do_not_fit(*short_of);
             // What the encoders add on a device beside the LLM's own bytes: the room the LLM must leave them.
             double added = 0, overflow = 0;
-            for (size_t k = 0; k < o.detail.peak_memory_bytes.size() && k < llm_plan.detail.peak_memory_bytes.size(); ++k) {
-              added = std::max(added, o.detail.peak_memory_bytes[k] - llm_plan.detail.peak_memory_bytes[k]);
-              overflow = std::max(overflow, o.detail.peak_memory_bytes[k] - o.detail.usable_memory_bytes);
+            for (size_t k = 0; k < over.peak_memory_bytes.size() && k < llm_plan.detail.peak_memory_bytes.size(); ++k) {
+              added = std::max(added, over.peak_memory_bytes[k] - llm_plan.detail.peak_memory_bytes[k]);
+              overflow = std::max(overflow, over.peak_memory_bytes[k] - over.usable_memory_bytes);
             }
             sub.cluster.reserve_bytes =
                 std::max(sub.cluster.reserve_bytes + overflow, r_.cluster.reserve_bytes + added) * 1.02;
             continue;
           }
-          if (must_adopt || o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
-            adopt(plan, o, loads, &llm_plan.config);
-          }
+          consider(o);
           break;
         }
       } catch (const InputError& e) {
-        // No encoder plan fits beside this LLM plan, or the LLM alone fits no schedule: nothing to adopt.
-        why_not = e.what();
+        // No encoder plan fits beside this LLM plan, or the LLM alone fits no schedule (in the room left for the
+        // encoders, whose shortfall, when known, says more): nothing to adopt.
+        if (reason.empty()) reason = e.what();
       }
+      if (!reason.empty()) why_not = reason;
     }
     if (forced && !plan.optimus) {
       throw InputError(fmt::format("the encoders cannot run in the LLM's bubbles on this configuration: {}",
                                    why_not.empty() ? "no encoder plan fits" : why_not));
     }
   }
-
-  struct OptimusOutcome {
-    std::shared_ptr<OptimusPlan> optimus;
-    Schedule schedule;  // the first step's, over the whole model (optimus_schedule)
-    SimResult detail;   // its simulation on the first step
-    double mean_iteration_seconds = 0;
-    double mean_model_flops = 0;
-  };
 
   // How the encoders' bubble schedule meets the epoch's steps: one schedule made on the first step and run on
   // every one, whatever images they carry (Optimus's static schedule), or each step's own, made from its
@@ -926,7 +962,8 @@ class Planner {
   OptimusOutcome encoders_in_bubbles(const TrainingPlan& plan, const Schedule* llm_schedule, const LoadSet& loads,
                                      StepSchedules step_schedules,
                                      int64_t split_evaluation_budget = OptimusInputs{}.split_evaluation_budget,
-                                     double give_up_above_seconds = std::numeric_limits<double>::infinity()) const {
+                                     double give_up_above_seconds = std::numeric_limits<double>::infinity(),
+                                     Recompute encoder_recompute = Recompute::kNone) const {
     const ParallelConfig& c = plan.config;
     OptimusInputs in;
     in.model = &r_.model;
@@ -939,6 +976,7 @@ class Planner {
     in.llm_schedule_given = llm_schedule;
     in.micro_batches = llm_schedule ? llm_schedule->micro_batches : micro_batches_of(c);
     in.encoder_pp = r_.encoder_pp;
+    in.encoder_recompute = encoder_recompute;
     in.dtype = r_.dtype;
     if (loads.steps.empty()) throw InputError("no step of the plan to place the encoders in");
     in.loads = loads.steps.front();

@@ -122,6 +122,9 @@ struct PlanRequest {
   // arrangement), InputError when no encoder plan fits.
   EncoderSite encoders = EncoderSite::kBest;
   int encoder_pp = 0;  // encoders in bubbles: only encoder plans of this many pipeline stages; 0: any
+  // Encoders in bubbles: their layers' recomputation. Unset: none, or full where the images' activations held
+  // from each forward to its backward would not fit beside the LLM's.
+  std::optional<Recompute> encoder_recompute;
   int sampled_steps = 8;  // steps of the epoch simulated per candidate, spread evenly; their mean is used
   int threads = 2;
   // Stop simulating a candidate once a lower bound of its time (iteration_lower_bound) shows it slower than the

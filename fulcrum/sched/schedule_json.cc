@@ -18,15 +18,6 @@ using Json = nlohmann::json;
 
 constexpr int64_t kMaxDegree = 1 << 20;  // a million devices in any one dimension
 
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
-
 const char* pass_name(Pass p) {
   switch (p) {
     case Pass::kForward: return "forward";
@@ -431,7 +422,7 @@ std::string schedule_to_json(const Schedule& s) {
   for (size_t i = 0; i < s.recompute.size();) {
     size_t j = i;
     while (j < s.recompute.size() && s.recompute[j] == s.recompute[i]) ++j;
-    recompute.push_back({recompute_name(s.recompute[i]), j - i});
+    recompute.push_back({std::string(recompute_name(s.recompute[i])), j - i});
     i = j;
   }
   // One line per program keeps the file readable without a JSON viewer.

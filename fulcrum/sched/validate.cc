@@ -128,14 +128,6 @@ class Validator {
                s_.model_layers);
         }
         ranges.emplace_back(r.first_layer, r.end_layer);
-        // Encoder passes in bubbles run no recomputation, and are priced and held in memory so; a mode here
-        // would be run by the runtime and timed as none.
-        for (int32_t layer = r.first_layer; layer < r.end_layer; ++layer) {
-          if (static_cast<size_t>(layer) < s_.recompute.size() && s_.recompute[layer] != Recompute::kNone) {
-            fail("encoder stage {}: layer {} recomputes, but encoders in the LLM's bubbles run without recomputation",
-                 st, layer);
-          }
-        }
       }
     }
     std::sort(ranges.begin(), ranges.end());
@@ -221,8 +213,16 @@ class Validator {
           fail("{}: kernels [{}, {}) is not a range", describe(r, i), in.kernel_begin, in.kernel_end);
         }
         const bool forward = in.pass == Pass::kForward;
-        if (!forward && in.pass != Pass::kBackward && in.pass != Pass::kBackwardInput) {
-          fail("{}: an encoder runs forward, backward or input-gradient passes", describe(r, i));
+        const bool recompute = in.pass == Pass::kRecompute;
+        if (!forward && !recompute && in.pass != Pass::kBackward && in.pass != Pass::kBackwardInput) {
+          fail("{}: an encoder runs forward, recompute, backward or input-gradient passes", describe(r, i));
+        }
+        // A layer's mode says whether it recomputes: the simulator keeps its input alone from the forward and
+        // prices the recomputation's kernels, which must then run, just before the backward they serve.
+        const Recompute mode = static_cast<size_t>(in.layer) < s_.recompute.size() ? s_.recompute[in.layer]
+                                                                                   : Recompute::kNone;
+        if (recompute && mode == Recompute::kNone) {
+          fail("{}: layer {} recomputes, but its recompute mode is none", describe(r, i), in.layer);
         }
         // Inside the LLM pass before it: nothing that waits may stand between them.
         if (in.inside_pass && !pass_open_) fail("{}: runs inside an LLM pass, but follows none", describe(r, i));
@@ -258,16 +258,26 @@ class Validator {
         }
         next = in.kernel_end;
         auto& last_layer = (forward ? last_forward_layer_ : last_backward_layer_)[{j, st, k}];
+        Pass& last_pass = last_pass_[{j, st, k, forward}];
+        // The backward of a recomputing layer follows its recomputation; anything else starts a new layer.
+        const bool after_own_recompute = !forward && !recompute && last_layer.second &&
+                                         in.layer == last_layer.first && last_pass == Pass::kRecompute;
         if (in.kernel_begin == 0) {
-          if (last_layer.second && (forward ? in.layer <= last_layer.first : in.layer >= last_layer.first)) {
+          if (!forward && !recompute && mode != Recompute::kNone && !after_own_recompute) {
+            fail("{}: layer {}'s backward runs before its recomputation", describe(r, i), in.layer);
+          }
+          if (!after_own_recompute && last_layer.second &&
+              (forward ? in.layer <= last_layer.first : in.layer >= last_layer.first)) {
             fail("{}: layer {} after layer {} runs against the {} order", describe(r, i), in.layer, last_layer.first,
                  forward ? "forward" : "backward");
           }
           ++(forward ? forward_layers_ : backward_layers_)[{j, st, k}];
-        } else if (!last_layer.second || in.layer != last_layer.first) {
-          fail("{}: continues a layer that is not the one running", describe(r, i));
+        } else if (!last_layer.second || in.layer != last_layer.first || in.pass != last_pass) {
+          fail("{}: continues a layer pass that is not the one running", describe(r, i));
         }
         last_layer = {in.layer, true};
+        last_pass = in.pass;
+        if (recompute) break;  // nothing computed for the stage's neighbours yet
         if (!forward && !(state & kBackwardInputDone)) ++backwards_begun_[{j, st}];
         state |= forward ? kForwardDone : kBackwardInputDone;
         break;
@@ -716,6 +726,7 @@ class Validator {
   std::map<std::tuple<int, int, int, int>, int> next_kernel_;
   std::map<std::tuple<int, int, int>, std::pair<int, bool>> last_forward_layer_, last_backward_layer_;
   std::map<std::tuple<int, int, int>, int> forward_layers_, backward_layers_;
+  std::map<std::tuple<int, int, int, bool>, Pass> last_pass_;  // of the layer last begun, per (..., forward)
   std::map<std::pair<int, int>, int> backwards_begun_;  // (pipeline, stage) → micro-batches whose backward began
   std::set<std::pair<int, int>> reduced_;               // (pipeline, stage) whose gradients were reduced
   // (pipeline, stage) → its collectives in program order: the copies of a stage run the same ones, which the

@@ -1107,6 +1107,10 @@ class Simulator {
       model_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
       hardware_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
     }
+    if (in.pass == Pass::kRecompute && in.kernel_begin == 0) {
+      const double copies = replicas_ == 1 ? s_.layout.dp : 1;
+      hardware_flops_ += copies * layer_flops(*w.layer, Pass::kRecompute, w.batch, w.trainable, w.recompute).total();
+    }
     if (in.kernel_end > kernels) {
       fail("encoder pipeline {} micro-batch {}: layer {}'s {} pass has {} kernels, the schedule runs [{}, {})",
            in.encoder_pipeline, in.micro_batch, in.layer, pass_label(in.pass), kernels, in.kernel_begin, in.kernel_end);
@@ -1135,12 +1139,13 @@ class Simulator {
   }
 
   // What an encoder layer pass's kernel range changes in its device's live activation bytes: the forward of a
-  // layer with a backward on the device keeps the layer's activations from its first kernel, the backward frees
-  // them after its last (a frozen encoder's forward, with none, keeps nothing).
+  // layer with a backward on the device keeps the layer's activations from its first kernel (its input alone
+  // when it recomputes, and the recomputation the rest from its first), the backward frees them after its last
+  // (a frozen encoder's forward, with none, keeps nothing).
   double encoder_activation_change(int d, const Instruction& in) {
     const int replica = d / pp_;
     const std::tuple<int, int, int, int32_t> key{replica, in.encoder_pipeline, in.micro_batch, in.layer};
-    if (in.pass == Pass::kForward) {
+    if (in.pass == Pass::kForward || in.pass == Pass::kRecompute) {
       if (in.kernel_begin != 0 || !encoder_backward_layers_[d % pp_].count(in.layer) || layer_class_[in.layer] < 0) {
         return 0;
       }
@@ -1148,8 +1153,12 @@ class Simulator {
       const TokenBatch batch = batch_for(c, load(replica, llm_micro_batch_of(in.encoder_pipeline, in.micro_batch)));
       if (batch.tokens <= 0) return 0;
       const LayerSpec& layer = model_.components[c].layers[in.layer - first_layer_of(c)];
+      const Recompute mode = s_.recompute[in.layer];
+      const double kept = activation_bytes(layer, batch, sharding(c), mode, options_.dropout, options_.dtype);
       const double bytes =
-          activation_bytes(layer, batch, sharding(c), s_.recompute[in.layer], options_.dropout, options_.dtype);
+          in.pass == Pass::kForward
+              ? kept
+              : activation_bytes(layer, batch, sharding(c), Recompute::kNone, options_.dropout, options_.dtype) - kept;
       encoder_kept_bytes_[key] += bytes;
       return bytes;
     }
@@ -1615,6 +1624,14 @@ class Simulator {
                 if (!forward || (model_.components[c].trainable && !backward)) {
                   fail("encoder pipeline {} micro-batch {}: layer {}'s {} never runs", j, k, layer,
                        forward ? "backward" : "forward");
+                }
+                const bool recomputed =
+                    encoder_kernels_run_.count({replica, j, k, layer, static_cast<int>(Pass::kRecompute)});
+                const bool any_backward =
+                    backward || encoder_kernels_run_.count({replica, j, k, layer, static_cast<int>(Pass::kBackwardInput)});
+                if (any_backward && recomputed != (s_.recompute[layer] != Recompute::kNone)) {
+                  fail("encoder pipeline {} micro-batch {}: layer {} {}", j, k, layer,
+                       recomputed ? "recomputes, but its mode is none" : "never runs the recomputation its mode asks");
                 }
               }
             }

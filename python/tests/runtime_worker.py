@@ -45,6 +45,8 @@ LAYOUTS = {
     "bubbles-dp": (1, 2, 1, "bubbles", 4),
     "bubbles-pp": (1, 2, 1, "bubbles", 4),
     "bubbles-dp2": (2, 2, 1, "bubbles", 2),  # 4 ranks: two LLM pipelines, each encoder stage's replicas across both
+    # One encoder pipeline over both ranks, its layers recomputed before each backward (--encoder-recompute full).
+    "bubbles-recompute": (1, 2, 1, "bubbles", 4),
 }
 
 
@@ -56,11 +58,12 @@ def bubble_plan(layout, model, micro_batches, out):
     model_file = Path(out).with_suffix(".model.json")
     model_file.write_text(json.dumps(model.fulcrum_model()))
     dp = LAYOUTS[layout][0]
-    encoder_pp = "2" if layout == "bubbles-pp" else "1"
+    encoder_pp = "2" if layout in ("bubbles-pp", "bubbles-recompute") else "1"
+    recompute = ["--encoder-recompute", "full"] if layout == "bubbles-recompute" else []
     done = subprocess.run([cli, "plan", "--model", str(model_file), "--cluster", f"cpu:{2 * dp}", "--dtype", "fp32",
                            "--gbs", str(dp * micro_batches * GROUP), "--seq", "96", "--images-per-sample", "1",
                            "--config", f"{dp},1,2,1,{GROUP}", "--encoders", "bubbles", "--encoder-pp", encoder_pp,
-                           "--no-baselines", "--quiet", "--out", out],
+                           "--no-baselines", "--quiet", "--out", out, *recompute],
                           capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(done.stderr)

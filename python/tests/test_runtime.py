@@ -66,6 +66,7 @@ def test_two_gloo_ranks_train_as_one_process(layout, engine, reference, tmp_path
     ("bubbles-dp", 2, 1, 2),   # an encoder replica per rank; rank 1's features go to the LLM's first stage
     ("bubbles-pp", 1, 2, 2),   # one encoder pipeline over both ranks
     ("bubbles-dp2", 4, 1, 4),  # two LLM replicas: the encoder's gradients reduced over all four ranks
+    ("bubbles-recompute", 1, 2, 2),  # the encoder's layers checkpointed, recomputed where the schedule says
 ])
 def test_encoders_in_the_pipelines_bubbles_train_as_one_process(layout, encoder_dp, encoder_pp, processes, reference,
                                                                  tmp_path):
@@ -77,8 +78,12 @@ def test_encoders_in_the_pipelines_bubbles_train_as_one_process(layout, encoder_
     assert (encoder["dp"], encoder["pp"]) == (encoder_dp, encoder_pp)
     # The LLM's stages start after the encoder side; both ranks run encoder passes, forward and backward.
     assert plan["stages"][0][0] == encoder["stages"][-1][-1][1]
+    passes = {"forward", "backward", "recompute"} if layout == "bubbles-recompute" else {"forward", "backward"}
     for program in plan["programs"]:
-        assert {i[5] for i in program if i[0] == "encoder"} == {"forward", "backward"}
+        assert {i[5] for i in program if i[0] == "encoder"} == passes
+    encoder_layers = encoder["stages"][-1][-1][1]
+    modes = [mode for mode, count in plan["recompute"] for _ in range(count)][:encoder_layers]
+    assert set(modes) == ({"full"} if layout == "bubbles-recompute" else {"none"})
     assert_same_training(result, reference)
 
 

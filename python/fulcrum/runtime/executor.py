@@ -334,6 +334,10 @@ class ScheduleExecutor:
                 out = enc.forward_layer(layer, k, self.batches[i], received)
             if out is not None:
                 self.outbox[("encoder", "activation", pipeline, stage, k)] = out
+        elif pass_name == "recompute":
+            # The layer is checkpointed (its recompute mode): autograd runs its forward again inside the backward
+            # that follows, so the schedule's recomputation is that backward's first part.
+            return
         else:
             grads = self.inbox.pop(("encoder", "gradient", pipeline, stage, k)) if layer == enc.end - 1 else None
             with self.timeline.span(f"encoder B s{stage} mb{i} L{layer}", "backward", COMPUTE, -1, i):
