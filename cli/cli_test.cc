@@ -1341,6 +1341,33 @@ TEST_F(Cli, PlanOptimusRecomputesTheEncodersWhereTheirActivationsWouldNotFit) {
             std::string::npos) << stages.err;
 }
 
+// ViT-22B's state in the first stage of GPT-175B's pipeline overflows every megatron configuration of 64 H100s;
+// Optimus spreads it over all 64 devices, so `optimus` plans the LLM alone, as megatron would, with room left for
+// the encoders' state, and serves the request.
+TEST_F(Cli, PlanOptimusPlansTheLlmAloneWhereMegatronsPlanFitsNowhere) {
+  const std::string file = (dir_ / "optimus-alone.json").string();
+  const Result r = run("plan --model vit-22b+gpt-175b --cluster h100:64 --gbs 64 --seq 2304 --image-tokens 256 "
+                       "--strategy optimus --quiet --json --out " + file);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["baselines"]["megatron"]["fits"].get<bool>());
+  EXPECT_NE(j["baselines"]["megatron"]["reason"].get<std::string>().find("fits in memory"), std::string::npos);
+  const auto& e = j["optimus"]["encoder_plan"];
+  // Every device holds an encoder stage: DP_enc · PP_enc · TP_enc = 64.
+  EXPECT_EQ(e["dp"].get<int>() * e["pp"].get<int>() * e["tp"].get<int>(), 64);
+  const auto peaks = j["predicted"]["peak_memory_bytes"];
+  EXPECT_LE(*std::max_element(peaks.begin(), peaks.end()), 75.0 * (1 << 30)) << r.out;
+  // The file it wrote runs in the simulator as planned.
+  const auto plan_file = nlohmann::json::parse(slurp(file));
+  ASSERT_TRUE(plan_file["schedule"].contains("encoder"));
+  const Result sim = run("simulate --model vit-22b+gpt-175b --cluster h100:64 --gbs 64 --seq 2304 --image-tokens 256 "
+                         "--mbs " + std::to_string(plan_file["plan"]["mbs"].get<int>()) + " --load-schedule " + file +
+                         " --json --quiet");
+  ASSERT_EQ(sim.status, 0) << sim.err;
+  EXPECT_NEAR(nlohmann::json::parse(sim.out)["iteration_seconds"].get<double>(),
+              j["predicted"]["iteration_seconds"].get<double>(), 1e-9);
+}
+
 // Optimus schedules the planner once made wrong: a step without images, where the encoders' no-op passes sat
 // inside the LLM forward that waits on them (a deadlock), and two encoders, whose last stage ran the first
 // encoder's projector after the second encoder. Each is written, loads, and times as planned.

@@ -146,6 +146,26 @@ class Planner {
   }
 
   TrainingPlan run() {
+    TrainingPlan plan;
+    if (recipe_.encoder_in_bubbles && r_.model.has_encoder()) {
+      // Optimus keeps megatron's LLM plan; where megatron's plan, with the encoders in its first stage, fits
+      // nowhere, the LLM is planned alone as megatron would plan it, with room left for the encoders' state on
+      // every device.
+      try {
+        plan = search();
+      } catch (const NoPlanFits&) {
+        return optimus_on_the_llm_alone();
+      }
+    } else {
+      plan = search();
+    }
+    if (recipe_.encoder_in_bubbles) move_encoders_into_bubbles(plan);
+    if (recipe_.try_encoder_bubbles && r_.encoders != EncoderSite::kStages) try_encoder_bubbles(plan);
+    return plan;
+  }
+
+  // The recipe's best plan, with the encoders where its stages hold them.
+  TrainingPlan search() {
     // Before any thread prices a layer: fp8 on devices without it.
     matmul_peak_flops_per_second(r_.cluster.device, r_.dtype);
     prepare_data();
@@ -237,8 +257,6 @@ class Planner {
       for (const Outcome& o : *list) plan.given_up += o.given_up ? 1 : 0;
     }
     plan.detail_loads = loads_of(plan.config).steps.front();  // every candidate's first simulated step
-    if (recipe_.encoder_in_bubbles) move_encoders_into_bubbles(plan);
-    if (recipe_.try_encoder_bubbles && r_.encoders != EncoderSite::kStages) try_encoder_bubbles(plan);
     return plan;
   }
 
@@ -801,16 +819,58 @@ class Planner {
 
   // Optimus on the chosen LLM plan: the encoder plan and split searched on the first sampled step, and its
   // schedule, static as Optimus's is, run on every sampled step for the mean iteration time.
-  void move_encoders_into_bubbles(TrainingPlan& plan) const {
+  // `loads`: the sampled steps of the plan's configuration (this planner's, unless another planned the LLM).
+  void move_encoders_into_bubbles(TrainingPlan& plan, const LoadSet* loads = nullptr) const {
+    const LoadSet& steps = loads ? *loads : loads_of(plan.config);
     auto outcome = [&](Recompute encoder_recompute) {
-      return encoders_in_bubbles(plan, nullptr, loads_of(plan.config), StepSchedules::kStatic,
-                                 OptimusInputs{}.split_evaluation_budget, std::numeric_limits<double>::infinity(),
-                                 encoder_recompute);
+      return encoders_in_bubbles(plan, nullptr, steps, StepSchedules::kStatic, OptimusInputs{}.split_evaluation_budget,
+                                 std::numeric_limits<double>::infinity(), encoder_recompute);
     };
     OptimusOutcome o = outcome(r_.encoder_recompute.value_or(Recompute::kNone));
     if (o.detail.oom && !r_.encoder_recompute) o = outcome(Recompute::kFull);
     if (o.detail.oom) throw NoPlanFits(fmt::format("optimus: {}", bubbles_do_not_fit(o)));
-    adopt(plan, o, loads_of(plan.config));
+    adopt(plan, o, steps);
+  }
+
+  // The request for planning the LLM alone: its layers, the samples with their images (synthetic ones included,
+  // which the encoders still run), no progress bar of its own.
+  PlanRequest llm_alone_request() const {
+    PlanRequest sub = r_;
+    sub.model = llm_only(r_.model);
+    sub.data = data_;
+    sub.progress = false;
+    sub.llm_in_every_stage = false;
+    return sub;
+  }
+
+  // The least state any encoder plan for `layout` keeps on a device: the room the LLM must leave the encoders.
+  // Infinite when no encoder plan suits the layout.
+  double least_encoder_state_bytes(const ParallelLayout& layout) const {
+    double least = std::numeric_limits<double>::infinity();
+    for (const EncoderPlan& e : encoder_plans(r_.model, layout, {std::vector<double>(layout.pp, 0.0), INFINITY})) {
+      least = std::min(least, *std::max_element(e.stage_state_bytes.begin(), e.stage_state_bytes.end()));
+    }
+    return least;
+  }
+
+  // `optimus` where megatron's plan of the whole model fits nowhere: the LLM planned alone by the same recipe
+  // (on the pinned configuration, if any) with the encoders' least state held back on every device, then the
+  // encoders moved into its bubbles.
+  TrainingPlan optimus_on_the_llm_alone() const {
+    PlanRequest sub = llm_alone_request();
+    Recipe recipe = recipe_;
+    recipe.encoder_in_bubbles = false;
+    const TrainingPlan first = Planner(recipe, sub).run();
+    const double least = least_encoder_state_bytes(layout_of(first.config));
+    if (!std::isfinite(least)) {
+      throw NoPlanFits(fmt::format("optimus: the encoders in model '{}''s first stage fit no configuration, and no "
+                                   "encoder plan of their own suits the LLM's plan alone", r_.model.name));
+    }
+    sub.cluster.reserve_bytes += least;
+    Planner llm_planner(recipe, sub);
+    TrainingPlan plan = llm_planner.run();
+    move_encoders_into_bubbles(plan, &llm_planner.loads_of(plan.config));
+    return plan;
   }
 
   // `detail`, the first step's simulation, takes another step's memory: each stage's most, and out of memory if
@@ -841,12 +901,8 @@ class Planner {
       }
       return;
     }
-    PlanRequest sub = r_;
-    sub.model = llm_only(r_.model);
-    sub.data = data_;  // the samples with their images (synthetic ones included), which the encoders still run
+    PlanRequest sub = llm_alone_request();
     sub.pinned.reset();
-    sub.progress = false;
-    sub.llm_in_every_stage = false;
     Recipe recipe = recipe_;
     recipe.try_encoder_bubbles = false;
     // Two LLM plans to fill: this configuration (with fewer chunks per rank where the LLM alone has too few
@@ -869,11 +925,7 @@ class Planner {
         sub.cluster = r_.cluster;
         Planner probe(recipe, sub);
         const TrainingPlan first = probe.run();
-        const ParallelLayout layout = layout_of(first.config);
-        double least = std::numeric_limits<double>::infinity();
-        for (const EncoderPlan& e : encoder_plans(r_.model, layout, {std::vector<double>(layout.pp, 0.0), INFINITY})) {
-          least = std::min(least, *std::max_element(e.stage_state_bytes.begin(), e.stage_state_bytes.end()));
-        }
+        const double least = least_encoder_state_bytes(layout_of(first.config));
         if (!std::isfinite(least)) {
           why_not = "no encoder plan fits the layout";
           continue;
