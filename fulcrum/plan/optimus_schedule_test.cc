@@ -361,6 +361,15 @@ TEST(OptimusSchedule, AnEncoderRecomputationOutOfPlaceIsRefused) {
   FAIL() << "no encoder recomputation in the schedule";
 }
 
+// The layout's encoder tensor parallelism (what the simulator prices the encoder layers at) is the encoder
+// plan's (what places them on tensor slices).
+TEST_F(BrokenSchedule, AnEncoderTensorParallelismTheLayoutAndThePlanDisagreeOn) {
+  Schedule s = schedule_;
+  ASSERT_EQ(s.layout.encoder_tp, s.encoder.tp);
+  s.layout.encoder_tp = s.encoder.tp == s.layout.tp ? 1 : s.layout.tp;
+  EXPECT_THAT(error_of(s), HasSubstr("is not the encoder plan's tp"));
+}
+
 // Stage order: a downstream encoder stage's forward needs the upstream stage's activation.
 TEST_F(BrokenSchedule, AnEncoderStageBeforeTheOneUpstream) {
   Schedule s = schedule_;

@@ -110,6 +110,11 @@ class Validator {
     if (e.pp < 1 || e.tp < 1 || l.pp % e.pp != 0 || l.tp % e.tp != 0) {
       fail("encoder pp {} and tp {} must divide the LLM's pp {} and tp {}", e.pp, e.tp, l.pp, l.tp);
     }
+    // The simulator prices encoder layers at the layout's encoder tensor parallelism and places them by the
+    // section's: the two must be one.
+    if (l.component_tp(true) != e.tp) {
+      fail("the layout's encoder_tp {} is not the encoder plan's tp {}", l.component_tp(true), e.tp);
+    }
     const int64_t pipelines = static_cast<int64_t>(l.pp / e.pp) * (l.tp / e.tp);
     if (e.pipelines != pipelines) fail("{} encoder pipelines, but pp and tp give {}", e.pipelines, pipelines);
     if (static_cast<int64_t>(e.dp) != pipelines * l.dp) {
