@@ -1041,6 +1041,8 @@ TEST_F(Cli, TheSimulateFuzzSeedsStillSimulate) {
       {"zb-h1.json", "simulate --model llama-70b --cluster a100:12 --gbs 6 --mbs 1"},
       {"optimus.json", "simulate --model vit-3b+gpt-11b --cluster a100:8 --gbs 4 --mbs 1"},
       {"optimus.json", "simulate --model vit-5b+llama-70b --cluster a100:8 --gbs 4 --mbs 1"},
+      {"optimus-recompute.json", "simulate --model vit-3b+gpt-11b --cluster a100:8 --gbs 4 --mbs 1"},
+      {"optimus-recompute.json", "simulate --model vit-5b+llama-70b --cluster a100:8 --gbs 4 --mbs 1"},
       {"multitask.json", "multitask --tasks multitask-clip-4 --cluster a100:8"},
       {"multitask-per-task.json", "multitask --tasks multitask-clip-4 --cluster a100:8"},
   };
@@ -1325,9 +1327,11 @@ TEST_F(Cli, PlanOptimusRecomputesTheEncodersWhereTheirActivationsWouldNotFit) {
   EXPECT_LE(*std::max_element(peaks.begin(), peaks.end()), 75.0 * (1 << 30)) << r.out;
   // The schedule says so (every encoder layer with a backward recomputes), and runs in the time planned.
   const auto plan_file = nlohmann::json::parse(slurp(file));
-  // ViT-22B's patch embedding and 48 blocks, and the projector: the encoder side's 50 layers.
-  EXPECT_EQ(plan_file["schedule"]["recompute"].front(), nlohmann::json::array({"full", 50}))
-      << plan_file["schedule"]["recompute"];
+  // ViT-22B's 48 blocks; not its patch embedding or the projector, which keep nothing a recomputation saves.
+  const auto& modes = plan_file["schedule"]["recompute"];
+  ASSERT_GE(modes.size(), 3u);
+  EXPECT_EQ(modes[0], nlohmann::json::array({"none", 1})) << modes;
+  EXPECT_EQ(modes[1], nlohmann::json::array({"full", 48})) << modes;
   const Result sim = run("simulate --model vit-22b+gpt-11b --cluster a100:16 --gbs 32 --images-per-sample 8 "
                          "--mbs " + std::to_string(plan_file["plan"]["mbs"].get<int>()) + " --load-schedule " + file +
                          " --json --quiet");

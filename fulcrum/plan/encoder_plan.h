@@ -39,8 +39,9 @@ struct EncoderPlan {
   std::vector<double> stage_state_bytes;
   // Largest over the LLM pipeline's ranks: the LLM's bytes there plus the encoder stage's state.
   double peak_bytes = 0;
-  // Of the encoder layers with a backward: kFull keeps each layer's input from its forward and runs the forward
-  // again just before its backward (Pass::kRecompute), for steps whose images' activations would not fit.
+  // Of the encoders' transformer blocks with a backward: kFull keeps each block's input from its forward and runs
+  // the forward again just before its backward (Pass::kRecompute), for steps whose images' activations would
+  // not fit.
   Recompute recompute = Recompute::kNone;
 };
 

@@ -232,8 +232,11 @@ std::vector<EncoderStagePasses> encoder_stage_passes(const ModelSpec& model, con
         } else {
           continue;
         }
-        // Reversed below: the recomputation just before the backward it serves.
-        if (plan.recompute != Recompute::kNone) out[e].backward.push_back({l, Pass::kRecompute});
+        // Reversed below: the recomputation just before the backward it serves. Only transformer blocks keep
+        // activations worth recomputing (as block_recompute sets the LLM's).
+        if (plan.recompute != Recompute::kNone && layers[l].spec->kind == LayerKind::kTransformerBlock) {
+          out[e].backward.push_back({l, Pass::kRecompute});
+        }
       }
     }
     std::reverse(out[e].backward.begin(), out[e].backward.end());

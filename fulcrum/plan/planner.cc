@@ -153,8 +153,8 @@ class Planner {
       // every device.
       try {
         plan = search();
-      } catch (const NoPlanFits&) {
-        return optimus_on_the_llm_alone();
+      } catch (const NoPlanFits& e) {
+        return optimus_on_the_llm_alone(e.what());
       }
     } else {
       plan = search();
@@ -815,6 +815,8 @@ class Planner {
     SimResult detail;   // its simulation on the first step
     double mean_iteration_seconds = 0;
     double mean_model_flops = 0;
+    // Slower than asked on the first step: the other steps were not simulated (nor their memory checked).
+    bool gave_up = false;
   };
 
   // Optimus on the chosen LLM plan: the encoder plan and split searched on the first sampled step, and its
@@ -853,24 +855,28 @@ class Planner {
     return least;
   }
 
-  // `optimus` where megatron's plan of the whole model fits nowhere: the LLM planned alone by the same recipe
-  // (on the pinned configuration, if any) with the encoders' least state held back on every device, then the
-  // encoders moved into its bubbles.
-  TrainingPlan optimus_on_the_llm_alone() const {
-    PlanRequest sub = llm_alone_request();
-    Recipe recipe = recipe_;
-    recipe.encoder_in_bubbles = false;
-    const TrainingPlan first = Planner(recipe, sub).run();
-    const double least = least_encoder_state_bytes(layout_of(first.config));
-    if (!std::isfinite(least)) {
-      throw NoPlanFits(fmt::format("optimus: the encoders in model '{}''s first stage fit no configuration, and no "
-                                   "encoder plan of their own suits the LLM's plan alone", r_.model.name));
+  // `optimus` where megatron's plan of the whole model fits nowhere (`why`): the LLM planned alone by the same
+  // recipe (on the pinned configuration, if any), then on that configuration again with the encoders' least
+  // state for its layout held back on every device, and the encoders moved into its bubbles.
+  TrainingPlan optimus_on_the_llm_alone(const std::string& why) const {
+    try {
+      PlanRequest sub = llm_alone_request();
+      Recipe recipe = recipe_;
+      recipe.encoder_in_bubbles = false;
+      const TrainingPlan first = Planner(recipe, sub).run();
+      const double least = least_encoder_state_bytes(layout_of(first.config));
+      if (!std::isfinite(least)) throw NoPlanFits("no encoder plan of their own suits the LLM's plan alone");
+      sub.config = first.config;
+      sub.pinned.reset();
+      sub.cluster.reserve_bytes += least;
+      Planner llm_planner(recipe, sub);
+      TrainingPlan plan = llm_planner.run();
+      move_encoders_into_bubbles(plan, &llm_planner.loads_of(plan.config));
+      return plan;
+    } catch (const InputError& e) {
+      throw NoPlanFits(fmt::format("{}; with the LLM planned alone and the encoders on their own plan: {}", why,
+                                   e.what()));
     }
-    sub.cluster.reserve_bytes += least;
-    Planner llm_planner(recipe, sub);
-    TrainingPlan plan = llm_planner.run();
-    move_encoders_into_bubbles(plan, &llm_planner.loads_of(plan.config));
-    return plan;
   }
 
   // `detail`, the first step's simulation, takes another step's memory: each stage's most, and out of memory if
@@ -951,6 +957,7 @@ class Planner {
           // Adopted where it is faster than the plan so far (whatever it costs when the request wants the
           // encoders in bubbles and none is there yet).
           auto consider = [&](const OptimusOutcome& o) {
+            if (o.gave_up) return;
             if ((forced && !plan.optimus) ||
                 o.mean_iteration_seconds * static_cast<double>(loads.steps_per_epoch) < plan.epoch_seconds) {
               adopt(plan, o, loads, &llm_plan.config);
@@ -1050,6 +1057,7 @@ class Planner {
     if (sum > give_up_above_seconds) {
       out.mean_iteration_seconds = sum;
       out.mean_model_flops = flops;
+      out.gave_up = true;
       return out;
     }
     for (size_t k = 1; k < loads.steps.size(); ++k) {

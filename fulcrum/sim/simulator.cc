@@ -1629,6 +1629,10 @@ class Simulator {
                     encoder_kernels_run_.count({replica, j, k, layer, static_cast<int>(Pass::kRecompute)});
                 const bool any_backward =
                     backward || encoder_kernels_run_.count({replica, j, k, layer, static_cast<int>(Pass::kBackwardInput)});
+                if (recomputed && !any_backward) {
+                  fail("encoder pipeline {} micro-batch {}: layer {} recomputes, but never runs its backward", j, k,
+                       layer);
+                }
                 if (any_backward && recomputed != (s_.recompute[layer] != Recompute::kNone)) {
                   fail("encoder pipeline {} micro-batch {}: layer {} {}", j, k, layer,
                        recomputed ? "recomputes, but its mode is none" : "never runs the recomputation its mode asks");
