@@ -2,6 +2,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <map>
@@ -14,6 +17,7 @@
 #include "fulcrum/sched/pipeline_schedules.h"
 #include "fulcrum/sched/schedule_json.h"
 #include "fulcrum/sched/validate.h"
+#include "fulcrum/sim/chrome_trace.h"
 
 namespace fulcrum {
 namespace {
@@ -187,6 +191,35 @@ TEST(OptimusSchedule, ItsJsonReadsBackToTheSameRun) {
   EXPECT_EQ(schedule_to_json(back), text);
   ASSERT_NO_THROW(validate(back));
   EXPECT_EQ(g.simulate_on(back, g.in.loads).iteration_seconds, g.simulate_on(s, g.in.loads).iteration_seconds);
+}
+
+// In the Chrome trace, encoder kernels that run beside an LLM pass (in its gaps, on their tensor slice) are on a
+// thread of their encoder pipeline, named so: no two events of one thread overlap, as trace viewers require.
+TEST(OptimusSchedule, ItsTraceGivesEachEncoderPipelineItsOwnThread) {
+  EightGpus g;
+  const OptimusPlan plan = plan_optimus(g.in);
+  const SimResult r = g.simulate_on(optimus_schedule(g.in, plan), g.in.loads);
+  const nlohmann::json trace = nlohmann::json::parse(chrome_trace(r, "optimus"));
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;
+  std::map<std::pair<int, int>, std::string> names;
+  int encoder_events = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    const std::pair<int, int> thread{e["pid"].get<int>(), e.value("tid", -1)};
+    if (e["ph"] == "M" && e["name"] == "thread_name") names[thread] = e["args"]["name"].get<std::string>();
+    if (e["ph"] != "X") continue;
+    spans[thread].push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+    if (e["args"].contains("encoder_pipeline") && e["cat"] == "encoder_kernels") {
+      ++encoder_events;
+      EXPECT_EQ(names[thread], fmt::format("encoder pipeline {} kernels", e["args"]["encoder_pipeline"].get<int>()));
+    }
+  }
+  EXPECT_GT(encoder_events, 0);
+  for (auto& [thread, list] : spans) {
+    std::sort(list.begin(), list.end());
+    for (size_t i = 1; i < list.size(); ++i) {
+      EXPECT_GE(list[i].first, list[i - 1].second - 1e-3) << "rank " << thread.first << " thread " << thread.second;
+    }
+  }
 }
 
 // The encoder's FLOPs count in the MFU as they do with the encoders in the LLM's first stage.

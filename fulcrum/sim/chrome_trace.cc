@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -38,6 +39,14 @@ const char* stream_name(TimelineEvent::Stream s) {
   return "?";
 }
 
+// Encoder kernels run on their tensor slice's own stream beside the LLM's passes (inside them, in their gaps):
+// each encoder pipeline a rank hosts (one per slice) gets a thread after the device's three streams, so no two
+// events of one thread overlap.
+int thread_of(const TimelineEvent& e) {
+  if (e.stream == TimelineEvent::Stream::kCompute && e.encoder_pipeline >= 0) return 3 + e.encoder_pipeline;
+  return static_cast<int>(e.stream);
+}
+
 }  // namespace
 
 std::string chrome_trace(const SimResult& result, const std::string& title) {
@@ -47,6 +56,10 @@ std::string chrome_trace(const SimResult& result, const std::string& title) {
   std::set<int> ranks;
   for (const TimelineEvent& e : result.timeline) ranks.insert(e.rank);
   for (const MemorySample& m : result.memory_timeline) ranks.insert(m.rank);
+  std::map<int, std::set<int>> encoder_pipelines;  // per rank, those whose kernels it runs
+  for (const TimelineEvent& e : result.timeline) {
+    if (thread_of(e) >= 3) encoder_pipelines[e.rank].insert(e.encoder_pipeline);
+  }
   for (int rank : ranks) {
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank},
                       {"args", {{"name", fmt::format("pipeline rank {} (replica {})", rank, result.timeline_replica)}}}});
@@ -54,6 +67,10 @@ std::string chrome_trace(const SimResult& result, const std::string& title) {
     for (auto s : {TimelineEvent::Stream::kCompute, TimelineEvent::Stream::kP2p, TimelineEvent::Stream::kCollective}) {
       events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", static_cast<int>(s)},
                         {"args", {{"name", stream_name(s)}}}});
+    }
+    for (int j : encoder_pipelines[rank]) {
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 3 + j},
+                        {"args", {{"name", fmt::format("encoder pipeline {} kernels", j)}}}});
     }
   }
   for (const TimelineEvent& e : result.timeline) {
@@ -64,7 +81,7 @@ std::string chrome_trace(const SimResult& result, const std::string& title) {
                       {"cat", std::string(op_kind_name(e.op))},
                       {"ph", "X"},
                       {"pid", e.rank},
-                      {"tid", static_cast<int>(e.stream)},
+                      {"tid", thread_of(e)},
                       {"ts", e.start_seconds * kMicroseconds},
                       {"dur", (e.end_seconds - e.start_seconds) * kMicroseconds},
                       {"args", args}});
