@@ -57,6 +57,14 @@ class Cli : public ::testing::Test {
     std::ofstream(dir_ / name) << text;
     return (dir_ / name).string();
   }
+  // `simulate <job>` of the schedule in plan file `file`, at its micro-batch size, takes the `planned` seconds.
+  void expect_simulates_as_planned(const std::string& job, const std::string& file, double planned_seconds) {
+    const auto plan_file = nlohmann::json::parse(slurp(file));
+    const Result sim = run("simulate " + job + " --mbs " + std::to_string(plan_file["plan"]["mbs"].get<int>()) +
+                           " --load-schedule " + file + " --json --quiet");
+    ASSERT_EQ(sim.status, 0) << sim.err;
+    EXPECT_NEAR(nlohmann::json::parse(sim.out)["iteration_seconds"].get<double>(), planned_seconds, 1e-9);
+  }
 
   fs::path dir_;
 };
@@ -1332,12 +1340,8 @@ TEST_F(Cli, PlanOptimusRecomputesTheEncodersWhereTheirActivationsWouldNotFit) {
   ASSERT_GE(modes.size(), 3u);
   EXPECT_EQ(modes[0], nlohmann::json::array({"none", 1})) << modes;
   EXPECT_EQ(modes[1], nlohmann::json::array({"full", 48})) << modes;
-  const Result sim = run("simulate --model vit-22b+gpt-11b --cluster a100:16 --gbs 32 --images-per-sample 8 "
-                         "--mbs " + std::to_string(plan_file["plan"]["mbs"].get<int>()) + " --load-schedule " + file +
-                         " --json --quiet");
-  ASSERT_EQ(sim.status, 0) << sim.err;
-  EXPECT_NEAR(nlohmann::json::parse(sim.out)["iteration_seconds"].get<double>(),
-              j["predicted"]["iteration_seconds"].get<double>(), 1e-9);
+  expect_simulates_as_planned("--model vit-22b+gpt-11b --cluster a100:16 --gbs 32 --images-per-sample 8", file,
+                              j["predicted"]["iteration_seconds"].get<double>());
   // The option belongs to encoders in bubbles.
   const Result stages = run(job + "--strategy megatron --encoder-recompute full");
   EXPECT_EQ(stages.status, 2);
@@ -1364,12 +1368,8 @@ TEST_F(Cli, PlanOptimusPlansTheLlmAloneWhereMegatronsPlanFitsNowhere) {
   // The file it wrote runs in the simulator as planned.
   const auto plan_file = nlohmann::json::parse(slurp(file));
   ASSERT_TRUE(plan_file["schedule"].contains("encoder"));
-  const Result sim = run("simulate --model vit-22b+gpt-175b --cluster h100:64 --gbs 64 --seq 2304 --image-tokens 256 "
-                         "--mbs " + std::to_string(plan_file["plan"]["mbs"].get<int>()) + " --load-schedule " + file +
-                         " --json --quiet");
-  ASSERT_EQ(sim.status, 0) << sim.err;
-  EXPECT_NEAR(nlohmann::json::parse(sim.out)["iteration_seconds"].get<double>(),
-              j["predicted"]["iteration_seconds"].get<double>(), 1e-9);
+  expect_simulates_as_planned("--model vit-22b+gpt-175b --cluster h100:64 --gbs 64 --seq 2304 --image-tokens 256",
+                              file, j["predicted"]["iteration_seconds"].get<double>());
 }
 
 // Optimus schedules the planner once made wrong: a step without images, where the encoders' no-op passes sat

@@ -147,17 +147,14 @@ class Planner {
 
   TrainingPlan run() {
     TrainingPlan plan;
-    if (recipe_.encoder_in_bubbles && r_.model.has_encoder()) {
+    try {
+      plan = search();
+    } catch (const NoPlanFits& e) {
       // Optimus keeps megatron's LLM plan; where megatron's plan, with the encoders in its first stage, fits
       // nowhere, the LLM is planned alone as megatron would plan it, with room left for the encoders' state on
       // every device.
-      try {
-        plan = search();
-      } catch (const NoPlanFits& e) {
-        return optimus_on_the_llm_alone(e.what());
-      }
-    } else {
-      plan = search();
+      if (!recipe_.encoder_in_bubbles || !r_.model.has_encoder()) throw;
+      return optimus_on_the_llm_alone(e.what());
     }
     if (recipe_.encoder_in_bubbles) move_encoders_into_bubbles(plan);
     if (recipe_.try_encoder_bubbles && r_.encoders != EncoderSite::kStages) try_encoder_bubbles(plan);
@@ -845,14 +842,21 @@ class Planner {
     return sub;
   }
 
-  // The least state any encoder plan for `layout` keeps on a device: the room the LLM must leave the encoders.
-  // Infinite when no encoder plan suits the layout.
-  double least_encoder_state_bytes(const ParallelLayout& layout) const {
+  // `sub` (an LLM-alone request) planned by `recipe`, then pinned to the configuration found, with the least
+  // state any encoder plan for its layout keeps on a device held back: the room the LLM must leave the encoders.
+  // InputError when no encoder plan suits that layout.
+  PlanRequest with_room_for_the_encoders(const Recipe& recipe, PlanRequest sub) const {
+    const TrainingPlan first = Planner(recipe, sub).run();
+    const ParallelLayout layout = layout_of(first.config);
     double least = std::numeric_limits<double>::infinity();
     for (const EncoderPlan& e : encoder_plans(r_.model, layout, {std::vector<double>(layout.pp, 0.0), INFINITY})) {
       least = std::min(least, *std::max_element(e.stage_state_bytes.begin(), e.stage_state_bytes.end()));
     }
-    return least;
+    if (!std::isfinite(least)) throw InputError("no encoder plan fits the layout");
+    sub.config = first.config;
+    sub.pinned.reset();
+    sub.cluster.reserve_bytes += least;
+    return sub;
   }
 
   // `optimus` where megatron's plan of the whole model fits nowhere (`why`): the LLM planned alone by the same
@@ -860,16 +864,10 @@ class Planner {
   // state for its layout held back on every device, and the encoders moved into its bubbles.
   TrainingPlan optimus_on_the_llm_alone(const std::string& why) const {
     try {
-      PlanRequest sub = llm_alone_request();
       Recipe recipe = recipe_;
       recipe.encoder_in_bubbles = false;
-      const TrainingPlan first = Planner(recipe, sub).run();
-      const double least = least_encoder_state_bytes(layout_of(first.config));
-      if (!std::isfinite(least)) throw NoPlanFits("no encoder plan of their own suits the LLM's plan alone");
-      sub.config = first.config;
-      sub.pinned.reset();
-      sub.cluster.reserve_bytes += least;
-      Planner llm_planner(recipe, sub);
+      const PlanRequest sub = with_room_for_the_encoders(recipe, llm_alone_request());
+      Planner llm_planner(recipe, sub);  // keeps a reference to its request
       TrainingPlan plan = llm_planner.run();
       move_encoders_into_bubbles(plan, &llm_planner.loads_of(plan.config));
       return plan;
@@ -929,15 +927,7 @@ class Planner {
       try {
         // Room for the encoders' state: the least any encoder plan of the configuration keeps on a device.
         sub.cluster = r_.cluster;
-        Planner probe(recipe, sub);
-        const TrainingPlan first = probe.run();
-        const double least = least_encoder_state_bytes(layout_of(first.config));
-        if (!std::isfinite(least)) {
-          why_not = "no encoder plan fits the layout";
-          continue;
-        }
-        sub.config = first.config;
-        sub.cluster.reserve_bytes += least;
+        sub = with_room_for_the_encoders(recipe, sub);
         // The encoders' activations are known once they are scheduled: where they overflow, the LLM is planned
         // again with that much less room (more recomputation, say), twice at most.
         bool recomputing_fitted = false;

@@ -1102,13 +1102,12 @@ class Simulator {
     w.dtype = options_.dtype;
     const LayerCost lc = in.pass == Pass::kBackward ? backward_cost(cost_, w) : cost_.layer_cost(w);
     const int kernels = lc.kernels.empty() ? 1 : static_cast<int>(lc.kernels.size());
+    const double copies = replicas_ == 1 ? s_.layout.dp : 1;
     if (in.pass == Pass::kForward && in.kernel_begin == 0) {
-      const double copies = replicas_ == 1 ? s_.layout.dp : 1;
       model_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
       hardware_flops_ += copies * model_flops(*w.layer, w.batch, w.trainable);
     }
     if (in.pass == Pass::kRecompute && in.kernel_begin == 0) {
-      const double copies = replicas_ == 1 ? s_.layout.dp : 1;
       hardware_flops_ += copies * layer_flops(*w.layer, Pass::kRecompute, w.batch, w.trainable, w.recompute).total();
     }
     if (in.kernel_end > kernels) {
