@@ -156,7 +156,48 @@ double place_pass(Device& device, const std::vector<Kernel>& kernels, double cur
   return cursor;
 }
 
+// When the LLM's last gradients are reduced, unshifted: its devices' optimizer steps start then, together.
+double llm_gradients_ready_seconds(const BubbleProblem& p) {
+  double end = 0, step = 0;
+  for (const LlmDeviceTimeline& llm : p.llm_ranks) {
+    end = std::max(end, llm.end_seconds);
+    step = std::max(step, llm.optimizer_seconds);
+  }
+  return end - step;
+}
+
+// When a stage whose last kernel ends at `work_end` has its gradients reduced: its collectives follow the LLM's
+// on the device's collective stream.
+double encoder_gradients_ready_seconds(const LlmDeviceTimeline& llm, double shift, double work_end,
+                                       double tail_seconds) {
+  if (tail_seconds <= 0) return work_end;
+  return std::max(work_end, llm.collectives_end_seconds + shift) + tail_seconds;
+}
+
+double encoder_optimizer_seconds(const EncoderPipelineWork& w, size_t stage) {
+  return w.stage_optimizer_seconds.empty() ? 0.0 : w.stage_optimizer_seconds[stage];
+}
+
+// The longest optimizer step of any device: its LLM rank's and the encoder stage's it hosts.
+double longest_optimizer_seconds(const BubbleProblem& p) {
+  double most = 0;
+  for (const LlmDeviceTimeline& llm : p.llm_ranks) most = std::max(most, llm.optimizer_seconds);
+  for (const EncoderPipelineWork& w : p.pipelines) {
+    for (size_t s = 0; s < w.stage_rank.size(); ++s) {
+      most = std::max(most, p.llm_ranks[w.stage_rank[s]].optimizer_seconds + encoder_optimizer_seconds(w, s));
+    }
+  }
+  return most;
+}
+
 void check_problem(const BubbleProblem& p) {
+  for (size_t r = 0; r < p.llm_ranks.size(); ++r) {
+    const LlmDeviceTimeline& llm = p.llm_ranks[r];
+    if (!(llm.optimizer_seconds >= 0 && llm.optimizer_seconds <= llm.end_seconds)) {
+      throw InputError(fmt::format("LLM rank {}'s optimizer step of {} s does not fit its iteration of {} s", r,
+                                   llm.optimizer_seconds, llm.end_seconds));
+    }
+  }
   const size_t micro_batches = p.dependency.forward_seconds.size();
   if (p.dependency.backward_seconds.size() != micro_batches) {
     throw InputError("the LLM's dependency points need as many B_i as F_i");
@@ -167,7 +208,8 @@ void check_problem(const BubbleProblem& p) {
     const EncoderPipelineWork& w = p.pipelines[j];
     const size_t stages = w.stage_rank.size();
     if (stages == 0 || w.forward.size() != stages || w.backward.size() != stages ||
-        w.stage_tail_seconds.size() != stages) {
+        w.stage_tail_seconds.size() != stages ||
+        (!w.stage_optimizer_seconds.empty() && w.stage_optimizer_seconds.size() != stages)) {
       throw InputError(fmt::format("encoder pipeline {} needs forward, backward and tail work for each of its {} "
                                    "stages", j, stages));
     }
@@ -319,6 +361,9 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
   out.forward_ready_seconds = a.forward_ready;
   out.backward_start_seconds.resize(p.pipelines.size());
   out.pipeline_end_seconds.assign(p.pipelines.size(), out.iteration_seconds);
+  // The optimizer steps wait for every gradient, the encoders' too, and the longest ends the iteration.
+  const double llm_gradients = llm_gradients_ready_seconds(p);
+  const double optimizer = longest_optimizer_seconds(p);
 
   double outside = 0;
   for (size_t j = 0; j < p.pipelines.size(); ++j) {
@@ -365,18 +410,19 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
       }
     }
     for (int s = 0; s < stages; ++s) {
-      const LlmDeviceTimeline& llm = p.llm_ranks[w.stage_rank[s]];
       const double contention =
           p.communication_slowdown * (devices[s].collective_beside_compute_seconds() + forward_beside[s]);
       out.contention_seconds = std::max(out.contention_seconds, contention);
-      const double device_end =
-          std::max(llm.end_seconds + shift, stage_end[s] + w.stage_tail_seconds[s]) + contention;
+      const double gradients_ready =
+          std::max(llm_gradients + shift, encoder_gradients_ready_seconds(p.llm_ranks[w.stage_rank[s]], shift,
+                                                                          stage_end[s], w.stage_tail_seconds[s]));
+      const double device_end = gradients_ready + contention + optimizer;
       out.iteration_seconds = std::max(out.iteration_seconds, device_end);
       out.pipeline_end_seconds[j] = std::max(out.pipeline_end_seconds[j], device_end);
     }
   }
   // Efficiency: compute beyond each device's own head bubble (the part of the head that the shift added) or past
-  // the LLM's end lies outside the LLM's bubbles.
+  // the LLM's last gradients (its optimizer steps are compute, not a bubble) lies outside the LLM's bubbles.
   std::map<std::pair<int, int>, double> head_compute;
   for (const PlacedKernel& k : a.kernels) {
     const Kernel& kernel = (k.backward ? p.pipelines[k.pipeline].backward : p.pipelines[k.pipeline].forward)
@@ -387,8 +433,7 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
     out.encoder_compute_seconds += seconds;
     const double head_end = first_compute_seconds(llm) + shift;
     if (k.start_seconds < head_end) head_compute[{k.pipeline, k.stage}] += std::min(k.end_seconds, head_end) - k.start_seconds;
-    const double llm_end = llm.end_seconds + shift;
-    outside += std::max(0.0, k.end_seconds - std::max(k.start_seconds, llm_end));
+    outside += std::max(0.0, k.end_seconds - std::max(k.start_seconds, llm_gradients + shift));
   }
   for (const auto& [device, seconds] : head_compute) {
     const LlmDeviceTimeline& llm = p.llm_ranks[p.pipelines[device.first].stage_rank[device.second]];
@@ -507,6 +552,10 @@ std::vector<std::string> check_bubble_schedule(const BubbleProblem& p, const Bub
   // Stage order, micro-batch order, dependencies on the LLM.
   const size_t micro_batches = p.dependency.forward_seconds.size();
   std::vector<int> fed(micro_batches, 0);
+  struct {
+    double seconds;
+    std::string who;
+  } last_gradients{llm_gradients_ready_seconds(p) + shift, "the LLM's"};
   for (size_t j = 0; j < p.pipelines.size(); ++j) {
     const EncoderPipelineWork& w = p.pipelines[j];
     const size_t stages = w.stage_rank.size();
@@ -569,17 +618,19 @@ std::vector<std::string> check_bubble_schedule(const BubbleProblem& p, const Bub
                                        "one for {} ends", j, s, served[q].first, served[q - 1].first));
         }
       }
-      const LlmDeviceTimeline& llm = p.llm_ranks[w.stage_rank[s]];
-      double device_end = llm.end_seconds + shift;
-      for (size_t k = 0; k < n; ++k) {
-        device_end = std::max({device_end, fwd[j][s][k].end + w.stage_tail_seconds[s],
-                               bwd[j][s][k].end + w.stage_tail_seconds[s]});
-      }
-      if (sched.iteration_seconds < device_end - tol) {
-        errors.push_back(fmt::format("the iteration ends at {:.9g} s, before pipeline {} stage {}'s work at {:.9g} s",
-                                     sched.iteration_seconds, j, s, device_end));
-      }
+      double work_end = 0;
+      for (size_t k = 0; k < n; ++k) work_end = std::max({work_end, fwd[j][s][k].end, bwd[j][s][k].end});
+      const double gradients_ready =
+          encoder_gradients_ready_seconds(p.llm_ranks[w.stage_rank[s]], shift, work_end, w.stage_tail_seconds[s]);
+      if (gradients_ready > last_gradients.seconds) last_gradients = {gradients_ready, fmt::format("pipeline {} stage {}'s", j, s)};
     }
+  }
+  // Every optimizer step starts after the last gradients are reduced; the longest ends the iteration.
+  const double steps_end = last_gradients.seconds + longest_optimizer_seconds(p);
+  if (sched.iteration_seconds < steps_end - tol) {
+    errors.push_back(fmt::format("the iteration ends at {:.9g} s, before the optimizer steps that follow {} gradients "
+                                 "at {:.9g} s end at {:.9g} s", sched.iteration_seconds, last_gradients.who,
+                                 last_gradients.seconds, steps_end));
   }
   // The coarse schedule keeps forward in the head and backward in the tail.
   if (sched.mode == BubbleMode::kCoarse) {

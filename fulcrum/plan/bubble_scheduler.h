@@ -21,7 +21,9 @@ namespace fulcrum {
 // LLM compute they slow it by `communication_slowdown` × the overlap, charged to that device's end. Passes of one
 // encoder stage run in micro-batch order; forward goes stage by stage downstream and backward upstream, one
 // point-to-point transfer apart, and the last stage's output reaches the LLM one transfer later (its gradients
-// come back the same way).
+// come back the same way). The step ends as the simulator's does: a stage's gradient reduction follows its last
+// kernel and the LLM's last data-parallel collective on the device, and every optimizer step starts once every
+// gradient is reduced.
 //
 // The placement is list scheduling: each kernel at the earliest time its predecessors and the device allow.
 // With a fixed pass order this gives every pass its earliest finish, so the i-th encoder micro-batch to finish
@@ -35,10 +37,17 @@ struct TimeInterval {
 
 // One LLM pipeline rank's device over an iteration of the LLM alone.
 struct LlmDeviceTimeline {
-  std::vector<TimeInterval> compute;      // its compute kernels (the optimizer step too), sorted, disjoint
+  std::vector<TimeInterval> compute;      // its compute kernels but the optimizer step, sorted, disjoint
   std::vector<TimeInterval> tensor_comm;  // its tensor-parallel collectives
   double last_pass_end_seconds = 0;       // end of its last forward or backward: the tail bubble starts here
   double end_seconds = 0;                 // end of its iteration
+  // Its optimizer step, which ends its iteration. Every device's step starts once all gradients are reduced (the
+  // global gradient norm), so the LLM's are ready the longest step before its end; work that ends later,
+  // encoder gradients included, delays every step.
+  double optimizer_seconds = 0;
+  // End of its last data-parallel collective: the encoders' gradient reduction queues behind it on the device's
+  // one collective stream.
+  double collectives_end_seconds = 0;
 };
 
 // The work of one encoder pipeline: stage s runs on LLM rank stage_rank[s]; kernels of micro-batch k's pass.
@@ -47,8 +56,11 @@ struct EncoderPipelineWork {
   std::vector<int> stage_rank;
   std::vector<std::vector<std::vector<Kernel>>> forward;   // [stage][micro-batch]
   std::vector<std::vector<std::vector<Kernel>>> backward;  // [stage][micro-batch]
-  // After its last backward, on each stage's device: the encoder's gradient reduction and optimizer step.
+  // After its last backward, on each stage's device: the encoder's gradient reduction (and parameter gather),
+  // once the LLM's collectives there are done.
   std::vector<double> stage_tail_seconds;
+  // Each stage's optimizer step (empty: none), run on its device with the LLM's once every gradient is reduced.
+  std::vector<double> stage_optimizer_seconds;
 };
 
 struct BubbleProblem {
@@ -85,15 +97,15 @@ struct BubbleSchedule {
   double contention_seconds = 0;    // the largest slowdown charged to a device by encoder collectives
   double encoder_compute_seconds = 0;
   // Share of encoder compute inside the LLM's own bubbles, head and tail included: all of it but what runs in
-  // the head's growth or past the LLM's end.
+  // the head's growth or past the LLM's last gradients.
   double efficiency = 0;
   // [pipeline][micro-batch]: the LLM micro-batch it feeds, its forward's arrival at the LLM (EF), and when its
   // backward starts (EB; its arrival from the LLM, for a pipeline without backward work).
   std::vector<std::vector<int>> llm_micro_batch;
   std::vector<std::vector<double>> forward_ready_seconds;
   std::vector<std::vector<double>> backward_start_seconds;
-  // [pipeline]: when the last of its devices is done (the LLM's shifted end, its own tail, the contention it
-  // caused); the iteration is the longest.
+  // [pipeline]: when the last of its devices is done: the latest of the LLM's shifted gradients and its own tails,
+  // with the contention it caused, then the longest optimizer step; the iteration is the longest.
   std::vector<double> pipeline_end_seconds;
   std::vector<PlacedKernel> kernels;
 };

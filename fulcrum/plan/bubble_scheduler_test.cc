@@ -21,9 +21,16 @@ Kernel compute(double seconds) { return Kernel{"gemm", Kernel::Kind::kCompute, 0
 Kernel collective(double seconds) { return Kernel{"tp_all_reduce", Kernel::Kind::kCommunication, 0, 0, 0, seconds}; }
 
 // The efficiency's definition, counted from the inside: per device, the encoder compute in its LLM's head bubble
-// up to that bubble's unshifted length, and all of it from the (shifted) first LLM compute to the LLM's end;
-// over all encoder compute. The scheduler counts what lies outside instead.
+// up to that bubble's unshifted length, and all of it from the (shifted) first LLM compute to the LLM's last
+// gradients (its end less the longest optimizer step); over all encoder compute. The scheduler counts what lies
+// outside instead.
 double efficiency_by_definition(const BubbleProblem& p, const BubbleSchedule& s) {
+  double llm_end = 0, step = 0;
+  for (const LlmDeviceTimeline& llm : p.llm_ranks) {
+    llm_end = std::max(llm_end, llm.end_seconds);
+    step = std::max(step, llm.optimizer_seconds);
+  }
+  const double gradients = llm_end - step;
   auto overlap = [](const PlacedKernel& k, double from, double to) {
     return std::max(0.0, std::min(k.end_seconds, to) - std::max(k.start_seconds, from));
   };
@@ -36,7 +43,7 @@ double efficiency_by_definition(const BubbleProblem& p, const BubbleSchedule& s)
     const LlmDeviceTimeline& llm = p.llm_ranks[w.stage_rank[k.stage]];
     const double first = llm.compute.empty() ? llm.end_seconds : llm.compute.front().start_seconds;
     total += k.end_seconds - k.start_seconds;
-    inside += overlap(k, first + s.head_shift_seconds, llm.end_seconds + s.head_shift_seconds);
+    inside += overlap(k, first + s.head_shift_seconds, gradients + s.head_shift_seconds);
     auto& [in_head, length] = head[{k.pipeline, k.stage}];
     in_head += overlap(k, -1e300, first + s.head_shift_seconds);
     length = first;
@@ -127,6 +134,53 @@ TEST(BubbleScheduler, ThePapersEightGpuExample) {
   // the LLM's end at 22.
   EXPECT_NEAR(s.encoder_compute_seconds, 12.0, 1e-9);
   EXPECT_NEAR(s.efficiency, 8.0 / 12, 1e-6);
+}
+
+// The example with a 1 s LLM optimizer step on every rank after its gradients are reduced at 21, and each encoder
+// stage reducing its gradients for 0.5 s, then stepping for 0.25 s (stage 0) or 0.5 s (stage 1). The placements
+// do not move (the steps are not LLM compute to avoid). As in the simulator, every optimizer step starts once
+// every gradient is reduced: pipeline 1's stage 0 ends its last backward at 24 (above), its gradients at 24.5,
+// and the longest step, the LLM's on a rank hosting a stage 1, is 1.5 s.
+TEST(BubbleScheduler, EveryOptimizerStepWaitsForTheEncodersGradients) {
+  BubbleProblem p = papers_example();
+  for (LlmDeviceTimeline& llm : p.llm_ranks) {
+    llm.end_seconds = 22;
+    llm.optimizer_seconds = 1;
+  }
+  for (EncoderPipelineWork& w : p.pipelines) {
+    w.stage_tail_seconds = {0.5, 0.5};
+    w.stage_optimizer_seconds = {0.25, 0.5};
+  }
+  const BubbleSchedule s = schedule_encoder_bubbles(p, BubbleMode::kFine);
+  EXPECT_THAT(check_bubble_schedule(p, s), ::testing::IsEmpty());
+  EXPECT_NEAR(find(s, 1, 0, 1, true).start_seconds, 23.0, 1e-6);
+  EXPECT_NEAR(s.iteration_seconds, 26.0, 1e-6);
+  // Pipeline 0's last gradients: its stage 0's backward [22, 23) on rank 0, reduced by 23.5.
+  ASSERT_EQ(s.pipeline_end_seconds.size(), 2u);
+  EXPECT_NEAR(s.pipeline_end_seconds[0], 25.0, 1e-6);
+  EXPECT_NEAR(s.pipeline_end_seconds[1], 26.0, 1e-6);
+  // The bubbles end with the LLM's gradients at 21 + 1, as before the steps were added.
+  EXPECT_NEAR(s.efficiency, 8.0 / 12, 1e-6);
+  EXPECT_NEAR(s.efficiency, efficiency_by_definition(p, s), 1e-9);
+
+  BubbleSchedule early = s;
+  early.iteration_seconds = 25.9;  // as if the steps ran beside the encoders' gradient reduction
+  EXPECT_THAT(check_bubble_schedule(p, early), ::testing::Contains(HasSubstr(
+                                                  "before the optimizer steps that follow pipeline 1 stage 0's "
+                                                  "gradients at 24.5 s end at 26 s")));
+
+  // Rank 1's last LLM gradient collective ends at 23.5 (24.5 shifted), after pipeline 1's stage 0 there is done:
+  // its reduction queues behind it on the collective stream, 24.5 to 25.
+  BubbleProblem queued = p;
+  queued.llm_ranks[1].collectives_end_seconds = 23.5;
+  const BubbleSchedule q = schedule_encoder_bubbles(queued, BubbleMode::kFine);
+  EXPECT_THAT(check_bubble_schedule(queued, q), ::testing::IsEmpty());
+  EXPECT_NEAR(q.iteration_seconds, 26.5, 1e-6);
+  EXPECT_NEAR(q.pipeline_end_seconds[0], 25.0, 1e-6);  // its stages are on ranks 0 and 2
+  EXPECT_THAT(check_bubble_schedule(queued, s), ::testing::Contains(HasSubstr("at 25 s end at 26.5 s")));
+
+  p.pipelines[0].stage_optimizer_seconds = {0.25};
+  EXPECT_THROW(schedule_encoder_bubbles(p, BubbleMode::kFine), InputError);
 }
 
 // LLM compute [1, 2) and [3, 4), F = {1, 3}, B = {2, 4}; encoder: one stage, 1 s forward, 1 s backward.
@@ -252,7 +306,8 @@ TEST(BubbleScheduler, TheCheckerRejectsEveryBrokenRule) {
   // Two encoder micro-batches feeding one LLM micro-batch.
   EXPECT_THAT(errors_after([](BubbleSchedule& s) { s.llm_micro_batch[1][0] = 0; }), HasSubstr("nobody else"));
   // An iteration that ends before the work does.
-  EXPECT_THAT(errors_after([](BubbleSchedule& s) { s.iteration_seconds = 22; }), HasSubstr("before pipeline"));
+  EXPECT_THAT(errors_after([](BubbleSchedule& s) { s.iteration_seconds = 22; }),
+              HasSubstr("before the optimizer steps that follow pipeline"));
 }
 
 TEST(BubbleScheduler, TheCheckerRejectsAnLlmCollectiveUnderAnEncoderOne) {

@@ -158,6 +158,9 @@ std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, con
   std::vector<std::vector<TimelineEvent>> by_rank(s.layout.pp);
   for (const TimelineEvent& e : llm.result.timeline) {
     if (e.stream == TimelineEvent::Stream::kCompute && e.end_seconds > e.start_seconds) by_rank.at(e.rank).push_back(e);
+    if (e.stream == TimelineEvent::Stream::kCollective) {
+      out.at(e.rank).collectives_end_seconds = std::max(out.at(e.rank).collectives_end_seconds, e.end_seconds);
+    }
   }
   for (int r = 0; r < s.layout.pp; ++r) {
     LlmDeviceTimeline& t = out[r];
@@ -166,6 +169,10 @@ std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, con
     for (const TimelineEvent& e : by_rank[r]) {
       const bool pass = e.op == OpKind::kForward || e.op == OpKind::kBackward || e.op == OpKind::kBackwardInput ||
                         e.op == OpKind::kBackwardWeight;
+      if (e.op == OpKind::kCollective && e.stage < 0) {
+        t.optimizer_seconds += e.end_seconds - e.start_seconds;  // it waits for the encoders' gradients too
+        continue;
+      }
       const double comm = pass ? std::clamp(e.tp_comm_seconds, 0.0, e.end_seconds - e.start_seconds) : 0.0;
       if (pass) t.last_pass_end_seconds = std::max(t.last_pass_end_seconds, e.end_seconds);
       if (comm <= 0) {
@@ -313,7 +320,7 @@ EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int r
         params[layers[l].component] += layers[l].spec->parameters() / plan.tp;
       }
     }
-    double tail = 0;
+    double tail = 0, step = 0;
     // The encoder's replicas of a stage: one per encoder pipeline of every LLM pipeline, tp devices apart at least.
     const DeviceGroupShape group{plan.dp, plan.tp};
     for (const auto& [c, n] : params) {
@@ -331,9 +338,10 @@ EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int r
       }
       const double shard = distributed ? static_cast<double>(n) / plan.dp : static_cast<double>(n);
       const double bandwidth = in.cluster->device.memory_bytes_per_second * in.efficiency.memory;
-      tail += kOptimizerStepBytesPerParameter * shard / bandwidth;
+      step += kOptimizerStepBytesPerParameter * shard / bandwidth;
     }
     out.stage_tail_seconds.push_back(tail);
+    out.stage_optimizer_seconds.push_back(step);
   }
   return out;
 }
@@ -365,6 +373,7 @@ BubbleProblem encoder_bubble_problem(const OptimusInputs& in, const std::vector<
       }
     }
     w.stage_tail_seconds = work.stage_tail_seconds;
+    w.stage_optimizer_seconds = work.stage_optimizer_seconds;
     first += split[j];
     p.pipelines.push_back(std::move(w));
   }
@@ -397,7 +406,7 @@ double most_encoder_seconds_on_a_device(const BubbleProblem& problem) {
   double most = 0;
   for (const EncoderPipelineWork& w : problem.pipelines) {
     for (size_t e = 0; e < w.stage_rank.size(); ++e) {
-      double seconds = w.stage_tail_seconds[e];
+      double seconds = w.stage_tail_seconds[e] + w.stage_optimizer_seconds[e];
       for (const auto& pass : w.forward[e]) {
         for (const Kernel& k : pass) seconds += k.seconds;
       }

@@ -92,8 +92,8 @@ std::vector<EncoderStagePasses> encoder_stage_passes(const ModelSpec& model, con
 struct EncoderWork {
   std::vector<std::vector<std::vector<Kernel>>> forward;   // [stage][LLM micro-batch]
   std::vector<std::vector<std::vector<Kernel>>> backward;  // [stage][LLM micro-batch]; empty when frozen
-  std::vector<double> stage_tail_seconds;  // gradient reduce-scatter over the encoder's DP, optimizer step,
-                                           // parameter all-gather
+  std::vector<double> stage_tail_seconds;  // gradient reduce-scatter over the encoder's DP, parameter all-gather
+  std::vector<double> stage_optimizer_seconds;
   double transfer_seconds = 0;             // largest activation between encoder stages or into the LLM
 };
 EncoderWork encoder_work(const OptimusInputs& in, const EncoderPlan& plan, int replica = 0);

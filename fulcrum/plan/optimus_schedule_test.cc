@@ -91,17 +91,16 @@ TEST(OptimusSchedule, TheEightGpuPlanBecomesOneValidSchedule) {
   EXPECT_GT(inside, 0);
 }
 
-// On the step it was planned for, the simulator runs the schedule in about the time the bubble scheduler gave
-// it. The two models differ in small ways: the simulator spreads a pass's tensor-parallel gaps evenly over it
-// (the scheduler packs kernels into each gap), and runs the encoders' optimizer steps with the LLM's after the
-// global gradient norm (the scheduler after each stage's last backward).
+// On the step it was planned for, the simulator runs the schedule within 0.1% of the time the bubble scheduler
+// gave it. The two models differ in small ways: the simulator spreads a pass's tensor-parallel gaps evenly over
+// it, where the scheduler packs kernels into each gap.
 TEST(OptimusSchedule, OnThePlannedStepItTakesWhatTheBubbleScheduleSaid) {
   for (int images : {1, 4}) {
     EightGpus g(images);
     const OptimusPlan plan = plan_optimus(g.in);
     const Schedule s = optimus_schedule(g.in, plan);
     const SimResult r = g.simulate_on(s, g.in.loads);
-    EXPECT_NEAR(r.iteration_seconds, plan.fine.iteration_seconds, 0.03 * plan.fine.iteration_seconds)
+    EXPECT_NEAR(r.iteration_seconds, plan.fine.iteration_seconds, 0.001 * plan.fine.iteration_seconds)
         << images << " images per sample";
     // Never faster than the LLM alone, whose passes it keeps.
     EXPECT_GE(r.iteration_seconds, plan.llm.result.iteration_seconds * (1 - 1e-9));
