@@ -179,7 +179,9 @@ void LoadedMultitaskSchedule::check_dataflow() const {
                                      file_, b, name(from), a, d));
       }
     }
-    if (!y.input_gradient) return;
+    // A gradient flows back only where both ends have a backward (a frozen slice with nothing trained upstream
+    // takes none).
+    if (!y.input_gradient || !x.input_gradient) return;
     for (int d : x.devices) {
       if (!index.gradients_in.count({d, a, b})) {
         throw InputError(fmt::format("{}: slice {} passes the gradient of {} back to slice {} on other devices or "

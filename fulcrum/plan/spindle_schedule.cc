@@ -153,12 +153,19 @@ Schedule waves_schedule(const MultitaskInputs& in, const MetaGraph& graph, const
       for (auto it = in_wave.rbegin(); it != in_wave.rend(); ++it) {
         const int slice = *it;
         if (!on(slice, d)) continue;
+        // Gradients flow back only into slices with a backward: a frozen slice with nothing trained upstream
+        // takes none.
+        const bool has_backward = t.slices[slice].input_gradient;
         for (int c : consumers[slice]) {
-          if (moves(slice, c)) program.push_back(transfer(OpKind::kRecv, Payload::kGradient, slice, c));
+          if (has_backward && moves(slice, c)) {
+            program.push_back(transfer(OpKind::kRecv, Payload::kGradient, slice, c));
+          }
         }
         program.push_back(op(OpKind::kBackward, slice));
         for (int p : producers[slice]) {
-          if (moves(p, slice)) program.push_back(transfer(OpKind::kSend, Payload::kGradient, slice, p));
+          if (t.slices[p].input_gradient && moves(p, slice)) {
+            program.push_back(transfer(OpKind::kSend, Payload::kGradient, slice, p));
+          }
         }
       }
       program.push_back(boundary(2 * wave_count - 1 - w));

@@ -1,6 +1,7 @@
 #include "fulcrum/plan/spindle_schedule.h"
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -27,8 +28,9 @@ struct Planned {
   MultitaskInputs in;
   MultitaskPlan plan;
 
-  Planned(const std::string& tasks, const std::string& devices)
+  Planned(const std::string& tasks, const std::string& devices, const std::function<void(TaskGraph&)>& edit = {})
       : graph(task_graph_preset(tasks)), cluster(cluster_preset(devices)), cost(cluster) {
+    if (edit) edit(graph);
     in = {&graph, &cluster, &cost, cost.efficiency()};
     plan = plan_multitask(in);
   }
@@ -91,6 +93,21 @@ TEST(WavesSchedule, EveryArrangementDoesTheSameWork) {
   }
 }
 
+// MetaOp `m` on `ids`, whole, at its curve's point for their count.
+PlacedSlice placed(const Planned& p, int m, const std::vector<int>& ids) {
+  const CurvePoint* at = p.plan.curves[m].at(static_cast<int>(ids.size()));
+  if (!at) throw std::logic_error("the test's MetaOp has no point at the devices it is given");
+  PlacedSlice s;
+  s.metaop = m;
+  s.devices = at->devices;
+  s.layers = p.plan.graph.ops[m].layers;
+  s.seconds = static_cast<double>(s.layers) * at->seconds;
+  s.dp = at->dp;
+  s.tp = at->tp;
+  s.device_ids = ids;
+  return s;
+}
+
 // A MetaOp on `producer_ids` and the one after it on `consumer_ids`, in two waves, each over its devices at its
 // curve's point for their count.
 std::vector<PlannedWave> two_waves(const Planned& p, const std::vector<int>& producer_ids,
@@ -103,21 +120,9 @@ std::vector<PlannedWave> two_waves(const Planned& p, const std::vector<int>& pro
   const int producer = g.ops.at(consumer).inputs[0];
   std::vector<PlannedWave> waves(2);
   for (int m : {producer, consumer}) {
-    const std::vector<int>& ids = m == producer ? producer_ids : consumer_ids;
-    const CurvePoint* at = p.plan.curves[m].at(static_cast<int>(ids.size()));
-    if (!at) throw std::logic_error("the test's MetaOp has no point at the devices it is given");
-    const CurvePoint& point = *at;
-    PlacedSlice s;
-    s.metaop = m;
-    s.devices = point.devices;
-    s.layers = g.ops[m].layers;
-    s.seconds = static_cast<double>(s.layers) * point.seconds;
-    s.dp = point.dp;
-    s.tp = point.tp;
-    s.device_ids = ids;
     PlannedWave& w = waves[m == producer ? 0 : 1];
-    w.seconds = s.seconds;
-    w.slices.push_back(s);
+    w.slices.push_back(placed(p, m, m == producer ? producer_ids : consumer_ids));
+    w.seconds = w.slices.back().seconds;
   }
   return waves;
 }
@@ -217,6 +222,56 @@ TEST(WavesSchedule, ActivationsMoveOnlyWhereTheirRowsChangeDevice) {
   EXPECT_EQ(sent[0], 0);
   for (size_t d = 1; d < 4; ++d) EXPECT_NEAR(sent[d], latency + quarter, 1e-12) << d;
   EXPECT_GE(consumer_start, first_send_start + latency + 2 * quarter - 1e-12);
+}
+
+// A frozen producer with nothing trained upstream has no backward: the trained slice after it, on other devices,
+// passes it no gradient (it had sent one nobody used, which the simulator priced and the runtime sent as zeros).
+// The same waves with the producer trained carry the gradient back, and take longer for it.
+TEST(WavesSchedule, AFrozenSliceWithoutABackwardTakesNoGradient) {
+  auto transfers = [](const Schedule& s, Payload payload, int sender, int receiver) {
+    int n = 0;
+    for (const Program& program : s.programs) {
+      for (const Instruction& in : program.instructions) {
+        if ((in.op != OpKind::kSend && in.op != OpKind::kRecv) || in.payload != payload) continue;
+        const bool send = in.op == OpKind::kSend;
+        n += (send ? in.stage : in.peer_stage) == sender && (send ? in.peer_stage : in.stage) == receiver;
+      }
+    }
+    return n;
+  };
+  // qwen-val's first task: the image tower's stem (MetaOp 0) and blocks (1) on devices 0–3 in wave 0, its adapter
+  // (2) on devices 4–7 in wave 1.
+  auto waves_of = [](const Planned& p) {
+    const MetaGraph& g = p.plan.graph;
+    if (g.ops.size() < 3 || g.ops[1].inputs != std::vector<int>{0} || g.ops[2].inputs != std::vector<int>{1} ||
+        g.ops[1].component == g.ops[2].component) {
+      throw std::logic_error("qwen-val's first MetaOps are not the tower's stem, blocks and adapter");
+    }
+    std::vector<PlannedWave> waves(2);
+    waves[0].slices = {placed(p, 0, {0, 1, 2, 3}), placed(p, 1, {0, 1, 2, 3})};
+    waves[1].slices = {placed(p, 2, {4, 5, 6, 7})};
+    for (PlannedWave& w : waves) {
+      for (const PlacedSlice& sl : w.slices) w.seconds += sl.seconds;
+    }
+    return waves;
+  };
+  const Planned trained("qwen-val", "a800:8");
+  const int tower = trained.plan.graph.ops[1].component;
+  const Planned frozen("qwen-val", "a800:8",
+                       [&](TaskGraph& g) { g.model.components[static_cast<size_t>(tower)].trainable = false; });
+  const Schedule with = waves_schedule(trained.in, trained.plan.graph, waves_of(trained));
+  const Schedule without = waves_schedule(frozen.in, frozen.plan.graph, waves_of(frozen));
+  ASSERT_NO_THROW(validate(with));
+  ASSERT_NO_THROW(validate(without));
+  ASSERT_TRUE(with.tasks.slices[1].input_gradient);
+  ASSERT_FALSE(without.tasks.slices[1].input_gradient);
+  EXPECT_TRUE(without.tasks.slices[2].input_gradient);  // the adapter trains
+  // Activations go forward either way (4 sends, 4 receives); the gradient only to a tower with a backward.
+  EXPECT_EQ(transfers(with, Payload::kActivation, 1, 2), 8);
+  EXPECT_EQ(transfers(without, Payload::kActivation, 1, 2), 8);
+  EXPECT_EQ(transfers(with, Payload::kGradient, 2, 1), 8);
+  EXPECT_EQ(transfers(without, Payload::kGradient, 2, 1), 0);
+  EXPECT_LT(frozen.run(without).iteration_seconds, trained.run(with).iteration_seconds);
 }
 
 // The same four devices going from data parallelism (each a quarter of the rows, whole) to tensor parallelism

@@ -199,6 +199,30 @@ def test_rows_move_between_slices_of_different_widths(reference, tmp_path):
     assert_same_losses(result, reference)
 
 
+def test_a_frozen_encoder_without_a_backward_is_passed_no_gradient(tmp_path):
+    # The split schedule with the encoder frozen: its slices (0 and 2) have no backward, and the slices after them,
+    # on other devices, pass them no gradient (the planner's schedules leave those transfers out). The runtime
+    # must run their backward without one and keep no share of a gradient it never sends.
+    reference, _ = run_example(tmp_path / "reference", "reference", "--frozen-encoder")
+    _, work = run_example(tmp_path, "sequential", "--frozen-encoder")
+    doc = split_schedule(json.loads((work / "sequential.schedule.json").read_text()))
+    frozen = (0, 2)
+    for s in frozen:
+        doc["tasks"]["slices"][s].append(0)  # input_gradient: no backward
+
+    def into_frozen(i):
+        return i[0] in ("send", "recv") and i[1] == "gradient" and (i[4] if i[0] == "send" else i[2]) in frozen
+
+    dropped = sum(into_frozen(i) for p in doc["programs"] for i in p)
+    assert dropped == 6  # slice 1's gradient to slice 0 and slice 3's to slice 2: sent and received on both devices
+    doc["programs"] = [[i for i in p if not into_frozen(i)] for p in doc["programs"]]
+    path = tmp_path / "split-frozen.json"
+    path.write_text(json.dumps(doc))
+    result, _ = run_example(tmp_path / "waves", "waves", "--schedule", path, "--frozen-encoder")
+    assert result["arrangement"] == "given"
+    assert_same_losses(result, reference)
+
+
 def test_wave_plans_are_checked(tmp_path):
     import fulcrum.runtime as fr
 

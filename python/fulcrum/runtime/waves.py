@@ -362,6 +362,10 @@ class WaveRuntime:
                 raise ValueError(f"slice {i} runs {s.sequences} × {s.micro_batches} sequences, but task "
                                  f"{self.task_names[s.task]!r} has {self.batch_sizes[s.task]} samples")
         self.producers, self.loss_slice = [], []
+        # The gradients this rank sends, (slice, producer): a producer without a backward (frozen, nothing trained
+        # upstream) takes none, and its share is not kept.
+        self._gradient_sends = {(int(i[2]), int(i[4])) for i in p.programs[self.rank]
+                                if i[0] == "send" and i[1] == "gradient"}
         for i, s in enumerate(p.slices):
             node = self.tasks[s.task][self._node_of(s)]
             if s.first_layer > 0:
@@ -562,11 +566,15 @@ class WaveRuntime:
         sl = self.plan.slices[s]
         for mb in range(sl.micro_batches):
             inputs, roots = self.saved.pop((s, mb))
-            grads = None if self.loss_slice[s] else self.grads.pop((s, mb))
+            # None for a slice without a backward: its consumers pass it no gradient.
+            grads = None if self.loss_slice[s] else self.grads.pop((s, mb), None)
             self.outputs.pop((s, mb), None)
             # Outputs of frozen work (a frozen first component) take no gradient: only the rest are backward roots.
             pairs = [(r, None if grads is None else g) for r, g in zip(roots, grads or [None] * len(roots))
                      if r.requires_grad]
+            if pairs and grads is None and not self.loss_slice[s]:
+                raise RuntimeError(f"{self.plan.where}: slice {s} micro-batch {mb} trains, but no gradient of its "
+                                   "output reached it")
             with self.timeline.span(f"B slice {s} mb{mb}", "backward", COMPUTE, s, mb):
                 if pairs:
                     torch.autograd.backward([r for r, _ in pairs], None if grads is None else [g for _, g in pairs])
@@ -577,7 +585,7 @@ class WaveRuntime:
                     piece = tuple(g[c - a:e - a] for g in input_grads)
                     if d == self.rank:
                         self._add_gradient(q, mb, c, piece)
-                    else:
+                    elif (s, q) in self._gradient_sends:
                         self.outbox[(s, q, mb, d)] = piece
 
     def _add_gradient(self, s: int, mb: int, first_row: int, piece: tuple) -> None:
