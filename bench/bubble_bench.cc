@@ -55,7 +55,7 @@ BubbleProblem problem() {
     }
     t.last_pass_end_seconds = clock;
     clock += 0.05 * (kLlmRanks - r);  // cool-down, then the gradient reduce-scatter
-    t.compute.push_back({clock, clock + 0.02});  // optimizer step
+    t.optimizer_seconds = 0.02;        // after every gradient is reduced
     t.end_seconds = clock + 0.02;
     llm_end = std::max(llm_end, t.end_seconds);
     p.llm_ranks.push_back(t);

@@ -171,7 +171,8 @@ double llm_gradients_ready_seconds(const BubbleProblem& p) {
 double encoder_gradients_ready_seconds(const LlmDeviceTimeline& llm, double shift, double work_end,
                                        double tail_seconds) {
   if (tail_seconds <= 0) return work_end;
-  return std::max(work_end, llm.collectives_end_seconds + shift) + tail_seconds;
+  const double queue = llm.collectives_end_seconds > 0 ? llm.collectives_end_seconds + shift : 0.0;  // 0: none
+  return std::max(work_end, queue) + tail_seconds;
 }
 
 double encoder_optimizer_seconds(const EncoderPipelineWork& w, size_t stage) {
@@ -197,6 +198,10 @@ void check_problem(const BubbleProblem& p) {
       throw InputError(fmt::format("LLM rank {}'s optimizer step of {} s does not fit its iteration of {} s", r,
                                    llm.optimizer_seconds, llm.end_seconds));
     }
+    if (!(llm.collectives_end_seconds >= 0 && llm.collectives_end_seconds <= llm.end_seconds)) {
+      throw InputError(fmt::format("LLM rank {}'s collectives end at {} s, outside its iteration of {} s", r,
+                                   llm.collectives_end_seconds, llm.end_seconds));
+    }
   }
   const size_t micro_batches = p.dependency.forward_seconds.size();
   if (p.dependency.backward_seconds.size() != micro_batches) {
@@ -210,8 +215,8 @@ void check_problem(const BubbleProblem& p) {
     if (stages == 0 || w.forward.size() != stages || w.backward.size() != stages ||
         w.stage_tail_seconds.size() != stages ||
         (!w.stage_optimizer_seconds.empty() && w.stage_optimizer_seconds.size() != stages)) {
-      throw InputError(fmt::format("encoder pipeline {} needs forward, backward and tail work for each of its {} "
-                                   "stages", j, stages));
+      throw InputError(fmt::format("encoder pipeline {} needs forward, backward and tail work (and optimizer work, "
+                                   "if any) for each of its {} stages", j, stages));
     }
     for (size_t s = 0; s < stages; ++s) {
       if (w.stage_rank[s] < 0 || w.stage_rank[s] >= static_cast<int>(p.llm_ranks.size())) {

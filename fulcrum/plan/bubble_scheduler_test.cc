@@ -169,17 +169,40 @@ TEST(BubbleScheduler, EveryOptimizerStepWaitsForTheEncodersGradients) {
                                                   "before the optimizer steps that follow pipeline 1 stage 0's "
                                                   "gradients at 24.5 s end at 26 s")));
 
-  // Rank 1's last LLM gradient collective ends at 23.5 (24.5 shifted), after pipeline 1's stage 0 there is done:
-  // its reduction queues behind it on the collective stream, 24.5 to 25.
-  BubbleProblem queued = p;
-  queued.llm_ranks[1].collectives_end_seconds = 23.5;
-  const BubbleSchedule q = schedule_encoder_bubbles(queued, BubbleMode::kFine);
-  EXPECT_THAT(check_bubble_schedule(queued, q), ::testing::IsEmpty());
-  EXPECT_NEAR(q.iteration_seconds, 26.5, 1e-6);
-  EXPECT_NEAR(q.pipeline_end_seconds[0], 25.0, 1e-6);  // its stages are on ranks 0 and 2
-  EXPECT_THAT(check_bubble_schedule(queued, s), ::testing::Contains(HasSubstr("at 25 s end at 26.5 s")));
-
   p.pipelines[0].stage_optimizer_seconds = {0.25};
+  EXPECT_THROW(schedule_encoder_bubbles(p, BubbleMode::kFine), InputError);
+}
+
+// One LLM micro-batch, forward and backward in [1, 3) (F_0 = 1, B_0 = 3); its gradients all-reduced from 3 to 5,
+// then its 1 s optimizer step. One encoder stage: 0.5 s forward in the head, 0.5 s backward from 3, then 1 s of
+// gradient reduction, which waits on the device's one collective stream for the LLM's until 5, and a 0.5 s step.
+// The last gradients are the encoder's at 6; the steps, 1 + 0.5 s on the one device, end at 7.5.
+TEST(BubbleScheduler, AnEncodersGradientReductionQueuesBehindTheLlms) {
+  BubbleProblem p;
+  p.llm_ranks = {timeline({{1, 3}}, 3, 6)};
+  p.llm_ranks[0].optimizer_seconds = 1;
+  p.llm_ranks[0].collectives_end_seconds = 5;
+  p.dependency = {{1}, {3}};
+  p.pipelines = {pipeline({0}, 1, {compute(0.5)}, {compute(0.5)})};
+  p.pipelines[0].stage_tail_seconds = {1};
+  p.pipelines[0].stage_optimizer_seconds = {0.5};
+  for (BubbleMode mode : {BubbleMode::kFine, BubbleMode::kCoarse}) {
+    const BubbleSchedule s = schedule_encoder_bubbles(p, mode);
+    EXPECT_THAT(check_bubble_schedule(p, s), ::testing::IsEmpty());
+    EXPECT_NEAR(s.head_shift_seconds, 0, 1e-12);
+    EXPECT_NEAR(find(s, 0, 0, 0, true).start_seconds, 3, 1e-12);
+    EXPECT_NEAR(s.iteration_seconds, 7.5, 1e-12);
+    EXPECT_NEAR(s.efficiency, 1.0, 1e-12);  // the head [0, 0.5) and [3, 3.5), before the LLM's gradients at 5
+    BubbleSchedule early = s;
+    early.iteration_seconds = 7.4;
+    EXPECT_THAT(check_bubble_schedule(p, early),
+                ::testing::Contains(HasSubstr("follow pipeline 0 stage 0's gradients at 6 s end at 7.5 s")));
+  }
+  // Without LLM collectives (data parallelism 1) the reduction runs at once: 3.5 to 4.5, before the LLM's
+  // gradients at 5.
+  p.llm_ranks[0].collectives_end_seconds = 0;
+  EXPECT_NEAR(schedule_encoder_bubbles(p, BubbleMode::kFine).iteration_seconds, 6.5, 1e-12);
+  p.llm_ranks[0].collectives_end_seconds = 6.5;  // past the iteration
   EXPECT_THROW(schedule_encoder_bubbles(p, BubbleMode::kFine), InputError);
 }
 
@@ -359,7 +382,15 @@ TEST(BubbleScheduler, RandomInstancesAlwaysValidate) {
       llm_end = std::max(llm_end, t.end_seconds);
       p.llm_ranks.push_back(t);
     }
-    for (LlmDeviceTimeline& t : p.llm_ranks) t.end_seconds = llm_end;
+    // Half the instances with optimizer steps after the gradients at llm_end, and collectives that end in the tail.
+    const bool steps = rng.below(2) == 0;
+    double step_max = 0;
+    for (LlmDeviceTimeline& t : p.llm_ranks) {
+      t.optimizer_seconds = steps ? uniform(0, 0.5) : 0;
+      step_max = std::max(step_max, t.optimizer_seconds);
+      t.collectives_end_seconds = steps ? uniform(t.last_pass_end_seconds, llm_end) : 0;
+    }
+    for (LlmDeviceTimeline& t : p.llm_ranks) t.end_seconds = llm_end + step_max;
     double f = uniform(0, 2);
     for (int i = 0; i < micro_batches; ++i) {
       p.dependency.forward_seconds.push_back(f);
@@ -389,6 +420,7 @@ TEST(BubbleScheduler, RandomInstancesAlwaysValidate) {
           w.backward[s].push_back(rng.below(5) ? bwd : std::vector<Kernel>{});
         }
         w.stage_tail_seconds.push_back(uniform(0, 0.3));
+        if (steps) w.stage_optimizer_seconds.push_back(uniform(0, 0.2));
       }
       p.pipelines.push_back(w);
     }
@@ -401,6 +433,30 @@ TEST(BubbleScheduler, RandomInstancesAlwaysValidate) {
     EXPECT_LE(fine.head_shift_seconds, coarse.head_shift_seconds + 1e-6) << "trial " << trial;
     EXPECT_NEAR(fine.efficiency, efficiency_by_definition(p, fine), 1e-9) << "trial " << trial;
     EXPECT_NEAR(coarse.efficiency, efficiency_by_definition(p, coarse), 1e-9) << "trial " << trial;
+    // The step's end, worked out apart: every optimizer step (a device's LLM step and its encoder stage's) starts
+    // at the last gradients, the LLM's at llm_end or an encoder stage's reduction after its last kernel and the
+    // LLM's collectives there; contention adds at most its largest charge.
+    for (const BubbleSchedule* sched : {&fine, &coarse}) {
+      const double shift = sched->head_shift_seconds;
+      double gradients = llm_end + shift, longest_step = step_max;
+      std::map<std::pair<int, int>, double> last_kernel;
+      for (const PlacedKernel& k : sched->kernels) {
+        double& end = last_kernel[{k.pipeline, k.stage}];
+        end = std::max(end, k.end_seconds);
+      }
+      for (const auto& [device, end] : last_kernel) {
+        const EncoderPipelineWork& w = p.pipelines[device.first];
+        const LlmDeviceTimeline& host = p.llm_ranks[w.stage_rank[device.second]];
+        const double tail = w.stage_tail_seconds[device.second];
+        const double queue = host.collectives_end_seconds > 0 ? host.collectives_end_seconds + shift : 0;
+        gradients = std::max(gradients, tail > 0 ? std::max(end, queue) + tail : end);
+        longest_step = std::max(longest_step, host.optimizer_seconds +
+                                                  (steps ? w.stage_optimizer_seconds[device.second] : 0.0));
+      }
+      EXPECT_GE(sched->iteration_seconds, gradients + longest_step - 1e-9) << "trial " << trial;
+      EXPECT_LE(sched->iteration_seconds, gradients + longest_step + sched->contention_seconds + 1e-9)
+          << "trial " << trial;
+    }
     // The shift is the least that works: a little less does not.
     for (const BubbleSchedule* sched : {&fine, &coarse}) {
       EXPECT_TRUE(forward_fits(p, sched->mode, sched->head_shift_seconds)) << "trial " << trial;

@@ -158,9 +158,6 @@ std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, con
   std::vector<std::vector<TimelineEvent>> by_rank(s.layout.pp);
   for (const TimelineEvent& e : llm.result.timeline) {
     if (e.stream == TimelineEvent::Stream::kCompute && e.end_seconds > e.start_seconds) by_rank.at(e.rank).push_back(e);
-    if (e.stream == TimelineEvent::Stream::kCollective) {
-      out.at(e.rank).collectives_end_seconds = std::max(out.at(e.rank).collectives_end_seconds, e.end_seconds);
-    }
   }
   for (int r = 0; r < s.layout.pp; ++r) {
     LlmDeviceTimeline& t = out[r];
@@ -208,6 +205,9 @@ std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, con
       if (at < e.end_seconds) push_interval(t.compute, at, e.end_seconds);  // rounding
     }
     t.end_seconds = llm.result.iteration_seconds;
+    if (static_cast<size_t>(r) < llm.result.collectives_end_seconds.size()) {
+      t.collectives_end_seconds = llm.result.collectives_end_seconds[static_cast<size_t>(r)];
+    }
   }
   return out;
 }
@@ -406,7 +406,7 @@ double most_encoder_seconds_on_a_device(const BubbleProblem& problem) {
   double most = 0;
   for (const EncoderPipelineWork& w : problem.pipelines) {
     for (size_t e = 0; e < w.stage_rank.size(); ++e) {
-      double seconds = w.stage_tail_seconds[e] + w.stage_optimizer_seconds[e];
+      double seconds = w.stage_tail_seconds[e] + (w.stage_optimizer_seconds.empty() ? 0.0 : w.stage_optimizer_seconds[e]);
       for (const auto& pass : w.forward[e]) {
         for (const Kernel& k : pass) seconds += k.seconds;
       }

@@ -2027,6 +2027,7 @@ class Simulator {
       out.timeline_replica = kept;
       for (int r = 0; r < pp_; ++r) {
         const int d = kept * pp_ + r;
+        out.collectives_end_seconds.push_back(devices_[d].coll_free);
         out.timeline.insert(out.timeline.end(), timeline_[d].begin(), timeline_[d].end());
         out.memory_timeline.insert(out.memory_timeline.end(), memory_[d].begin(), memory_[d].end());
       }

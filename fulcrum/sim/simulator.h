@@ -178,6 +178,9 @@ struct SimResult {
   // timeline are left empty.
   bool gave_up = false;
   int timeline_replica = 0;
+  // Per pipeline rank of the timeline's replica: when its data-parallel collectives are done (on shared cores, too,
+  // where the timeline does not draw them).
+  std::vector<double> collectives_end_seconds;
   std::vector<TimelineEvent> timeline;
   std::vector<MemorySample> memory_timeline;
 };

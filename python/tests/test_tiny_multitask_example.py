@@ -199,23 +199,48 @@ def test_rows_move_between_slices_of_different_widths(reference, tmp_path):
     assert_same_losses(result, reference)
 
 
-def test_a_frozen_encoder_without_a_backward_is_passed_no_gradient(tmp_path):
-    # The split schedule with the encoder frozen: its slices (0 and 2) have no backward, and the slices after them,
-    # on other devices, pass them no gradient (the planner's schedules leave those transfers out). The runtime
-    # must run their backward without one and keep no share of a gradient it never sends.
+def frozen_split_schedule(template, transfers_kept):
+    """split_schedule with the encoder frozen: its slices have no backward (input_gradient 0). Task 0's encoder
+    runs in two slices on both devices, layers [0, 3) (slice 0) and [3, 6) (slice 5, whose input is slice 0's
+    output), so a slice without a backward has a producer too. Without `transfers_kept` the slices after the
+    encoder on other devices pass it no gradient, as the planner's schedules since have it; with them, as a
+    schedule saved before, they send it zeros."""
+    doc = split_schedule(template)
+    slices = doc["tasks"]["slices"]
+    slices[0][3] = 3
+    slices.append(list(slices[0]))
+    slices[5][2] = 3
+    for s in (0, 2, 5):
+        slices[s].append(0)
+    frozen = (0, 2, 5)
+
+    def rewrite(i):
+        if i == ["F", 0, 0]:
+            return [["F", 0, 0], ["F", 5, 0]]
+        if i == ["B", 0, 0]:
+            return [["B", 5, 0], ["B", 0, 0]]
+        if i[0] not in ("send", "recv"):
+            return [i]
+        if {i[2], i[4]} == {0, 1}:  # the head takes the encoder's output from slice 5 now
+            i = [i[0], i[1], 5 if i[2] == 0 else i[2], 0, 5 if i[4] == 0 else i[4]]
+        into_frozen = i[1] == "gradient" and (i[4] if i[0] == "send" else i[2]) in frozen
+        return [i] if transfers_kept or not into_frozen else []
+
+    doc["programs"] = [[j for i in p for j in rewrite(i)] for p in doc["programs"]]
+    return doc
+
+
+@pytest.mark.parametrize("transfers_kept", [False, True], ids=["no-gradient", "zeros-sent"])
+def test_a_frozen_encoder_without_a_backward_trains_as_one_process(tmp_path, transfers_kept):
+    # Its slices run no backward, the one with a producer too, and keep no gradient of theirs; the runtime keeps no
+    # share of a gradient it never sends; a schedule that still sends them zeros runs as before.
     reference, _ = run_example(tmp_path / "reference", "reference", "--frozen-encoder")
     _, work = run_example(tmp_path, "sequential", "--frozen-encoder")
-    doc = split_schedule(json.loads((work / "sequential.schedule.json").read_text()))
-    frozen = (0, 2)
-    for s in frozen:
-        doc["tasks"]["slices"][s].append(0)  # input_gradient: no backward
-
-    def into_frozen(i):
-        return i[0] in ("send", "recv") and i[1] == "gradient" and (i[4] if i[0] == "send" else i[2]) in frozen
-
-    dropped = sum(into_frozen(i) for p in doc["programs"] for i in p)
-    assert dropped == 6  # slice 1's gradient to slice 0 and slice 3's to slice 2: sent and received on both devices
-    doc["programs"] = [[i for i in p if not into_frozen(i)] for p in doc["programs"]]
+    doc = frozen_split_schedule(json.loads((work / "sequential.schedule.json").read_text()), transfers_kept)
+    gradients = sum(i[0] in ("send", "recv") and i[1] == "gradient" for p in doc["programs"] for i in p)
+    # Slice 1's gradient to slice 5 and slice 3's to slice 2, sent and received on both devices, where kept;
+    # slice 4's to slice 3 (trained) either way.
+    assert gradients == (6 if transfers_kept else 0) + 3
     path = tmp_path / "split-frozen.json"
     path.write_text(json.dumps(doc))
     result, _ = run_example(tmp_path / "waves", "waves", "--schedule", path, "--frozen-encoder")

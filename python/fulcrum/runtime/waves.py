@@ -34,7 +34,9 @@ from fulcrum.runtime.timeline import COLLECTIVE, COMPUTE, P2P, Timeline
 @dataclass(frozen=True)
 class WaveSlice:
     """Layers ``[first_layer, first_layer + layers)`` of component ``component`` for task ``task``, on
-    ``devices`` (``dp`` copies, each taking its share of the ``sequences`` of every micro-batch)."""
+    ``devices`` (``dp`` copies, each taking its share of the ``sequences`` of every micro-batch).
+    ``input_gradient``: whether it has a backward (it trains, or something trained is upstream of it); without
+    one it takes no gradient and passes none back."""
 
     task: int
     component: int
@@ -47,6 +49,7 @@ class WaveSlice:
     tp: int
     wave: int
     devices: tuple
+    input_gradient: bool = True
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class WavePlan:
             raise ValueError(f"{where}: not a multitask schedule (fulcrum multitask --save-schedule)")
         _core.check_schedule(json.dumps(doc), where)
         t = doc["tasks"]
-        slices = tuple(WaveSlice(*(int(x) for x in s[:10]), tuple(int(d) for d in s[10])) for s in t["slices"])
+        slices = tuple(WaveSlice(*(int(x) for x in s[:10]), tuple(int(d) for d in s[10]),
+                                 bool(int(s[11])) if len(s) > 11 else True) for s in t["slices"])
         for i, s in enumerate(slices):
             if s.tp != 1:
                 raise ValueError(f"{where}: tasks.slices[{i}] has TP {s.tp}; the runtime runs TP 1 slices")
@@ -362,8 +366,8 @@ class WaveRuntime:
                 raise ValueError(f"slice {i} runs {s.sequences} × {s.micro_batches} sequences, but task "
                                  f"{self.task_names[s.task]!r} has {self.batch_sizes[s.task]} samples")
         self.producers, self.loss_slice = [], []
-        # The gradients this rank sends, (slice, producer): a producer without a backward (frozen, nothing trained
-        # upstream) takes none, and its share is not kept.
+        # The gradients this rank sends, (slice, producer). A producer without a backward takes none, but a
+        # schedule may still send it one (zeros), as schedules saved before that rule did.
         self._gradient_sends = {(int(i[2]), int(i[4])) for i in p.programs[self.rank]
                                 if i[0] == "send" and i[1] == "gradient"}
         for i, s in enumerate(p.slices):
@@ -531,7 +535,9 @@ class WaveRuntime:
             else:
                 pieces.append(self.inbox.pop(("activation", s, producer, mb, d)))
         joined = tuple(torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*pieces))
-        return tuple(t.detach().requires_grad_() for t in joined)
+        # A slice without a backward needs no gradient of its input.
+        wanted = self.plan.slices[s].input_gradient
+        return tuple(t.detach().requires_grad_(wanted) for t in joined)
 
     def _forward(self, s: int) -> None:
         sl = self.plan.slices[s]
@@ -566,26 +572,35 @@ class WaveRuntime:
         sl = self.plan.slices[s]
         for mb in range(sl.micro_batches):
             inputs, roots = self.saved.pop((s, mb))
-            # None for a slice without a backward: its consumers pass it no gradient.
+            # A slice without a backward gets no gradient (or, from a schedule saved before that rule, zeros).
             grads = None if self.loss_slice[s] else self.grads.pop((s, mb), None)
             self.outputs.pop((s, mb), None)
-            # Outputs of frozen work (a frozen first component) take no gradient: only the rest are backward roots.
-            pairs = [(r, None if grads is None else g) for r, g in zip(roots, grads or [None] * len(roots))
-                     if r.requires_grad]
-            if pairs and grads is None and not self.loss_slice[s]:
-                raise RuntimeError(f"{self.plan.where}: slice {s} micro-batch {mb} trains, but no gradient of its "
-                                   "output reached it")
-            with self.timeline.span(f"B slice {s} mb{mb}", "backward", COMPUTE, s, mb):
-                if pairs:
-                    torch.autograd.backward([r for r, _ in pairs], None if grads is None else [g for _, g in pairs])
+            if sl.input_gradient:
+                # Outputs of frozen work (a frozen first component) take no gradient: only the rest are roots.
+                pairs = [(r, None if grads is None else g) for r, g in zip(roots, grads or [None] * len(roots))
+                         if r.requires_grad]
+                if pairs and grads is None and not self.loss_slice[s]:
+                    raise RuntimeError(f"{self.plan.where}: slice {s} micro-batch {mb} has a backward, but no "
+                                       "gradient of its output reached it")
+                with self.timeline.span(f"B slice {s} mb{mb}", "backward", COMPUTE, s, mb):
+                    if pairs:
+                        torch.autograd.backward([r for r, _ in pairs],
+                                                None if grads is None else [g for _, g in pairs])
             for q, leaves in inputs.items():
+                # A producer with a backward takes its share here or from the send that must follow (a schedule
+                # without it leaves the share unsent, which the step's end reports); one without takes nothing
+                # unless the schedule sends it anyway.
+                takes = self.plan.slices[q].input_gradient
+                if not takes and (s, q) not in self._gradient_sends:
+                    continue
                 input_grads = tuple(t.grad if t.grad is not None else torch.zeros_like(t) for t in leaves)
                 a, _ = self._rows(s, self.rank, mb)
                 for d, c, e in self._overlaps(s, mb, q):
                     piece = tuple(g[c - a:e - a] for g in input_grads)
                     if d == self.rank:
-                        self._add_gradient(q, mb, c, piece)
-                    elif (s, q) in self._gradient_sends:
+                        if takes:
+                            self._add_gradient(q, mb, c, piece)
+                    else:
                         self.outbox[(s, q, mb, d)] = piece
 
     def _add_gradient(self, s: int, mb: int, first_row: int, piece: tuple) -> None:
