@@ -223,6 +223,7 @@ void print_text(const ModelSpec& m, const MicroBatch& mb) {
       out << (c.tokens_per_item ? fmt::format(", {} tokens per tile", c.tokens_per_item)
                                 : std::string(", dynamic patch tokens"))
           << fmt::format(", {} per LLM token", c.merge);
+      if (c.drops_class_token) out << ", class token dropped before the projector";
       if (c.unused_final_layers) out << fmt::format(", last {} block(s) unused", c.unused_final_layers);
     }
     const ComponentFlops flops = flops_of(c);

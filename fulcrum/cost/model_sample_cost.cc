@@ -76,7 +76,8 @@ ModelSampleCost::ModelSampleCost(const ModelSpec& model, const CostModel& cost, 
       // A tile's tokens (or, per patch token, a reference sequence) after the encoder's merge.
       const bool tiled = encoder && encoder->tokens_per_item > 0;
       const int64_t in = tiled ? encoder->tokens_per_item : kReferenceTokens;
-      const int64_t merged = std::max<int64_t>(1, in / std::max<int64_t>(1, encoder ? encoder->merge : 1));
+      const int64_t merged = tiled ? encoder->projected_tokens_per_item()
+                                   : std::max<int64_t>(1, in / std::max<int64_t>(1, encoder ? encoder->merge : 1));
       const int64_t n = kReferenceItems;
       const double seconds =
           component_training_seconds(c, cost, {n, n * merged, n * merged * merged}, dtype) / static_cast<double>(n);

@@ -281,6 +281,7 @@ ModelSpec from_config(const Keys& root, const std::string& name) {
     const double ratio = root.number("downsample_ratio", 0.5);
     if (ratio > 1 || ratio < 1.0 / 64) root.fail("downsample_ratio", "must be between 1/64 and 1");
     vision.merge = std::llround(1.0 / (ratio * ratio));
+    vision.drops_class_token = vision.tokens_per_item > 1;  // extract_feature drops it before the pixel shuffle
     vision.unused_final_layers = -root.integer("select_layer", -1) - 1;
     if (vision.unused_final_layers < 0 || vision.unused_final_layers >= vision.transformer_blocks()) {
       root.fail("select_layer", "must name one of the vision layers from the end (-1, -2, ...)");
@@ -299,6 +300,12 @@ ModelSpec from_config(const Keys& root, const std::string& name) {
     if (vision.unused_final_layers < 0 || vision.unused_final_layers >= vision.transformer_blocks()) {
       root.fail("vision_feature_layer", "must name one of the vision layers from the end (-1, -2, ...)");
     }
+    // "default" drops the class token before the projector, "full" keeps it.
+    const std::string strategy = root.text("vision_feature_select_strategy", "default");
+    if (strategy != "default" && strategy != "full") {
+      root.fail("vision_feature_select_strategy", "must be \"default\" or \"full\"");
+    }
+    vision.drops_class_token = strategy == "default" && vision.tokens_per_item > 1;
     const Keys t = root.child("text_config");
     ComponentSpec llm = decoder_from(t, "llm", t.text("model_type", "llama"));
     const int64_t vision_width = vision.layers[0].hidden;

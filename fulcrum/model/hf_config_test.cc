@@ -59,6 +59,9 @@ TEST(HfConfig, QuirksOfTheRealFiles) {
   EXPECT_EQ(llava.find("llm")->layers[0].vocab, 32064);  // added tokens included
   EXPECT_EQ(llava.find("vision")->unused_final_layers, 1);  // vision_feature_layer -2
   EXPECT_EQ(llava.find("vision")->tokens_per_item, 577);
+  // vision_feature_select_strategy "default": the projector takes the 576 patch tokens, not the class token.
+  EXPECT_TRUE(llava.find("vision")->drops_class_token);
+  EXPECT_EQ(llava.find("vision")->projected_tokens_per_item(), 576);
 
   // A re-saved Qwen2-VL whose vision_config kept three keys: Qwen2VLVisionConfig's 32 × 1280, 16 heads.
   const ModelSpec qwen7 = read_hf_config(config_path("qwen2_vl_7b_arch_llamafactory_sft_resaved.config.json"));
@@ -78,6 +81,9 @@ TEST(HfConfig, QuirksOfTheRealFiles) {
   const ModelSpec internvl = read_hf_config(config_path("internvl2_1b.config.json"));
   EXPECT_EQ(internvl.find("vision")->layers[1].norm, NormKind::kLayerNorm);
   EXPECT_EQ(internvl.find("vision")->merge, 4);  // downsample_ratio 0.5
+  // extract_feature drops the class token, then shuffles 32 × 32 patches into 256 tokens.
+  EXPECT_TRUE(internvl.find("vision")->drops_class_token);
+  EXPECT_EQ(internvl.find("vision")->projected_tokens_per_item(), 256);
   // The chat model keeps its own LM head although the LLM's config ties it: counted, as in the checkpoint.
   EXPECT_FALSE(internvl.find("llm")->layers.back().tied_to_embedding);
 
@@ -89,6 +95,17 @@ TEST(HfConfig, QuirksOfTheRealFiles) {
   EXPECT_EQ(v.layers[1 + 31].window_tokens, 0);
   EXPECT_EQ(v.layers[1].mlp, MlpKind::kSwiGlu);
   EXPECT_TRUE(qwen25.find("llm")->layers.back().tied_to_embedding);
+}
+
+// LLaVA's "full" feature strategy keeps the class token: the projector takes all 577 tokens of a tile.
+TEST(HfConfig, LlavasFullFeatureStrategyKeepsTheClassToken) {
+  const std::string text = R"({"model_type": "llava", "vision_feature_select_strategy": "full",
+      "vision_config": {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16,
+                        "num_hidden_layers": 24, "image_size": 336, "patch_size": 14},
+      "text_config": {"model_type": "llama"}})";
+  const ModelSpec full = model_from_hf_config(text, "full.json");
+  EXPECT_FALSE(full.find("vision")->drops_class_token);
+  EXPECT_EQ(full.find("vision")->projected_tokens_per_item(), 577);
 }
 
 TEST(HfConfig, BadInputIsOneLineNamingFileAndKey) {
@@ -131,6 +148,9 @@ TEST(HfConfig, BadInputIsOneLineNamingFileAndKey) {
       {"{\"model_type\": \"llava\", \"vision_feature_layer\": 9223372036854775808, \"vision_config\": {}, "
        "\"text_config\": {}}",
        "cfg.json: vision_feature_layer is out of range"},
+      {"{\"model_type\": \"llava\", \"vision_feature_select_strategy\": \"cls\", \"vision_config\": {}, "
+       "\"text_config\": {}}",
+       "cfg.json: vision_feature_select_strategy must be \"default\" or \"full\""},
       {"{\"model_type\": \"llama\", \"hidden_size\": 9223372036854775808}",
        "cfg.json: hidden_size is implausibly large: 9223372036854775808"},
   };

@@ -221,6 +221,7 @@ ComponentSpec read_component(const json& j, const std::string& component_where, 
     else if (key == "trainable") c.trainable = boolean(value, where, key);
     else if (key == "tokens_per_item") c.tokens_per_item = integer(value, where, key, 0);
     else if (key == "merge") c.merge = integer(value, where, key, 1);
+    else if (key == "drops_class_token") c.drops_class_token = boolean(value, where, key);
     else if (key == "unused_final_layers") c.unused_final_layers = integer(value, where, key, 0);
     else if (key == "parameters") stated_parameters = integer(value, where, key, 0);
     else if (!is_component_result(key)) fail(where, fmt::format("unknown key '{}'", key.substr(0, 40)));
@@ -259,6 +260,7 @@ ordered_json model_to_json(const ModelSpec& model) {
     comp["trainable"] = c.trainable;
     comp["tokens_per_item"] = c.tokens_per_item;
     comp["merge"] = c.merge;
+    if (c.drops_class_token) comp["drops_class_token"] = true;
     comp["unused_final_layers"] = c.unused_final_layers;
     comp["layers"] = ordered_json::array();
     for (size_t i = 0; i < c.layers.size();) {

@@ -21,7 +21,8 @@ namespace fulcrum {
 //     ...]}
 //
 // Components: name (unique), role (encoder, projector, llm) and layers are required; trainable (true),
-// tokens_per_item (0: dynamic patch tokens), merge (1) and unused_final_layers (0) are optional. A layer is
+// tokens_per_item (0: dynamic patch tokens), merge (1), unused_final_layers (0) and drops_class_token (false: the
+// projector takes every token of an item; true: all but the first, as LLaVA's default) are optional. A layer is
 // a kind and the fields of that kind; "repeat": N stands for N identical consecutive layers.
 //   transformer      hidden, ffn, heads required; kv_heads (= heads), head_dim (= hidden / heads),
 //                    mlp (gelu | swiglu; gelu), norm (none | layernorm | rmsnorm; layernorm), qkv_bias,

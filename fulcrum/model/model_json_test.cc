@@ -123,6 +123,8 @@ TEST(ModelJson, BadInputNamesTheFileComponentAndLayer) {
        "bad.json: component 0: role is missing"},
       {"trainable_type", tiny_with([](auto& j) { j["components"][0]["trainable"] = "yes"; }),
        "bad.json: component 0 ('llm'): trainable must be true or false"},
+      {"class_token_of_an_llm", tiny_with([](auto& j) { j["components"][0]["drops_class_token"] = true; }),
+       "bad.json: component 'llm': drops_class_token needs an encoder of fixed items of at least 2 tokens"},
       {"layer_unknown", tiny_with([](auto& j) { j["components"][0]["layers"][1]["hiddn"] = 8; }),
        "bad.json: component 0 ('llm'): layer 1: unknown key 'hiddn'"},
       {"layer_misplaced", tiny_with([](auto& j) { j["components"][0]["layers"][0]["heads"] = 2; }),

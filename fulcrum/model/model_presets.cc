@@ -94,6 +94,7 @@ ModelSpec internvl(const std::string& name, ComponentSpec vision, ComponentSpec 
   const int64_t vit_width = vision.layers[0].hidden;
   const int64_t llm_width = llm.layers[0].hidden;
   vision.merge = 4;
+  vision.drops_class_token = vision.tokens_per_item > 1;  // InternVL drops the class token before the shuffle
   ModelSpec m{name, {}};
   m.components.push_back(std::move(vision));
   m.components.push_back(mlp_projector("projector", {4 * vit_width, llm_width, llm_width, 2, NormKind::kLayerNorm, true}));
@@ -129,6 +130,7 @@ const std::map<std::string, Builder, std::less<>>& presets() {
          ComponentSpec vision = clip_vit_l_336("vision");
          vision.unused_final_layers = 1;  // LLaVA feeds the second-to-last layer's features
          vision.tokens_per_item = 577;
+         vision.drops_class_token = true;  // the projector takes the 576 patch tokens
          ModelSpec m{n, {}};
          m.components.push_back(std::move(vision));
          m.components.push_back(mlp_projector("projector", {1024, 4096, 4096, 2, NormKind::kNone, true}));

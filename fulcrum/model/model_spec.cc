@@ -105,6 +105,11 @@ int64_t ComponentSpec::parameters() const {
   return total;
 }
 
+int64_t ComponentSpec::projected_tokens_per_item() const {
+  if (tokens_per_item <= 0) return 0;
+  return std::max<int64_t>(1, (tokens_per_item - (drops_class_token ? 1 : 0)) / std::max<int64_t>(1, merge));
+}
+
 int64_t ComponentSpec::transformer_blocks() const {
   int64_t count = 0;
   for (const LayerSpec& layer : layers) count += layer.kind == LayerKind::kTransformerBlock;
@@ -192,6 +197,10 @@ void validate_model(const ModelSpec& model, const std::string& where) {
         c.unused_final_layers >= static_cast<int64_t>(c.layers.size())) {
       throw InputError(fmt::format("{}: component '{}': tokens_per_item must be ≥ 0, merge ≥ 1, and fewer "
                                    "unused final layers than layers", where, c.name));
+    }
+    if (c.drops_class_token && (c.role != ComponentRole::kEncoder || c.tokens_per_item < 2)) {
+      throw InputError(fmt::format("{}: component '{}': drops_class_token needs an encoder of fixed items of at "
+                                   "least 2 tokens", where, c.name));
     }
     for (size_t i = 0; i < c.layers.size(); ++i) {
       const LayerSpec& l = c.layers[i];

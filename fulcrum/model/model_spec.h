@@ -70,6 +70,9 @@ struct ComponentSpec {
   int64_t tokens_per_item = 0;
   // Encoder tokens per LLM token after the projector (pixel shuffle 0.5 or a 2×2 merge: 4; none: 1).
   int64_t merge = 1;
+  // The projector takes every token of an item but its first, the class token (LLaVA's "default" feature
+  // strategy: 576 of CLIP-L/336's 577).
+  bool drops_class_token = false;
   // Final layers whose output the model does not use (LLaVA takes the second-to-last layer): their parameters
   // exist, their compute is skipped.
   int64_t unused_final_layers = 0;
@@ -77,6 +80,8 @@ struct ComponentSpec {
 
   int64_t parameters() const;
   int64_t transformer_blocks() const;
+  // Of an encoder with fixed items: the tokens of an item the projector after it takes, merged (0: dynamic).
+  int64_t projected_tokens_per_item() const;
   const LayerSpec* first_block() const;  // nullptr without a transformer block
   // The heads that tensor parallelism must divide (of the first transformer block), 0 without one.
   int64_t attention_heads() const;

@@ -46,7 +46,8 @@ TokenBatch component_batch(const ModelSpec& model, int component, const MicroBat
   if (!encoder || mb.vision <= 0) return {};
   const int64_t merge = c.role == ComponentRole::kProjector ? std::max<int64_t>(1, encoder->merge) : 1;
   if (encoder->tokens_per_item > 0) {
-    const int64_t t = std::max<int64_t>(1, encoder->tokens_per_item / merge);
+    const int64_t t =
+        c.role == ComponentRole::kProjector ? encoder->projected_tokens_per_item() : encoder->tokens_per_item;
     return {mb.vision, mb.vision * t, mb.vision * t * t};
   }
   // Dynamic resolution: one image per sample, its patch tokens.

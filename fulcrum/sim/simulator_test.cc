@@ -5,6 +5,7 @@
 
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/collective_cost.h"
+#include "fulcrum/model/model_presets.h"
 #include "fulcrum/sched/pipeline_schedules.h"
 #include "fulcrum/sched/validate.h"
 #include "fulcrum/sim/test_pipelines.h"
@@ -73,6 +74,25 @@ TEST_P(ClosedForm, ZeroBubbleH1LeavesPMinusOneTimesFPlusBMinusW) {
 // A runtime whose split backward costs more than its whole one (PyTorch's walks the graph twice): 1F1B's B pays
 // the whole (1.5), ZB-H1's BI and W the halves (1 + 1). With p = 2 and m = 4 the split no longer wins:
 // 1F1B (m + p − 1)(f + B) = 12.5 against ZB-H1's 3m + (p − 1)(F + BI − W) = 13.
+// LLaVA's projector takes a tile's 576 patch tokens, not its class token (577 with the class token kept); the
+// tower runs every token; InternVL's shuffle makes 256 of 1,025.
+TEST(Simulate, AProjectorTakesTheTokensItsEncoderPassesOn) {
+  MicroBatchLoad images;
+  images.sequences = 1;
+  images.llm_tokens = 1024;
+  images.vision = 2;  // tiles
+  ModelSpec llava = model_preset("llava-1.5-7b");
+  ASSERT_EQ(llava.components[1].role, ComponentRole::kProjector);
+  EXPECT_EQ(component_batch(llava, 1, images).tokens, 2 * 576);
+  EXPECT_EQ(component_batch(llava, 1, images).tokens_squared, 2 * 576 * 576);
+  EXPECT_EQ(component_batch(llava, 0, images).tokens, 2 * 577);
+  llava.components[0].drops_class_token = false;
+  EXPECT_EQ(component_batch(llava, 1, images).tokens, 2 * 577);
+  const ModelSpec internvl = model_preset("internvl-chat-1.5");
+  EXPECT_EQ(component_batch(internvl, 1, images).tokens, 2 * 256);
+  EXPECT_EQ(component_batch(internvl, 0, images).tokens, 2 * 1025);
+}
+
 TEST(Simulate, AMeasuredWholeBackwardPricesOneFOneBAndTheHalvesPriceZeroBubble) {
   const int pp = 2, m = 4;
   const PerTokenCost cost(1, 1, 1, 1.5);

@@ -46,7 +46,8 @@ def flattened_layers(model_json: Mapping[str, Any]) -> list[dict]:
                 if c["role"] == "encoder":
                     entry["_sequence_tokens"] = int(c.get("tokens_per_item", 0))
                 elif c["role"] == "projector" and per_item:
-                    entry["_sequence_tokens"] = per_item // max(1, int(encoder.get("merge", 1)))
+                    kept = per_item - (1 if encoder.get("drops_class_token", False) else 0)
+                    entry["_sequence_tokens"] = max(1, kept // max(1, int(encoder.get("merge", 1))))
                 else:
                     entry["_sequence_tokens"] = 0
                 out.append(entry)
