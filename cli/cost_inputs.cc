@@ -25,7 +25,9 @@ void set_image_tokens(ModelSpec& model, int64_t tokens) {
   }
   if (tokens == 0) return;
   for (ComponentSpec& c : model.components) {
-    if (c.role == ComponentRole::kEncoder && c.tokens_per_item > 0) c.tokens_per_item = tokens;
+    if (c.role != ComponentRole::kEncoder || c.tokens_per_item <= 0) continue;
+    c.tokens_per_item = tokens;
+    c.drops_class_token = c.drops_class_token && tokens > 1;  // an item of one token keeps it
   }
 }
 

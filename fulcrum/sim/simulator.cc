@@ -2021,14 +2021,14 @@ class Simulator {
       out.mfu = out.model_flops / (iteration * peak);
       out.hfu = out.hardware_flops / (iteration * peak);
     }
+    const int kept = options_.timeline_replica >= 0 && options_.timeline_replica < replicas_
+                         ? options_.timeline_replica
+                         : out.critical_replica;
+    for (int r = 0; r < pp_; ++r) out.collectives_end_seconds.push_back(devices_[kept * pp_ + r].coll_free);
     if (options_.timeline) {
-      const int kept = options_.timeline_replica >= 0 && options_.timeline_replica < replicas_
-                           ? options_.timeline_replica
-                           : out.critical_replica;
       out.timeline_replica = kept;
       for (int r = 0; r < pp_; ++r) {
         const int d = kept * pp_ + r;
-        out.collectives_end_seconds.push_back(devices_[d].coll_free);
         out.timeline.insert(out.timeline.end(), timeline_[d].begin(), timeline_[d].end());
         out.memory_timeline.insert(out.memory_timeline.end(), memory_[d].begin(), memory_[d].end());
       }

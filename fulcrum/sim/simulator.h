@@ -178,8 +178,9 @@ struct SimResult {
   // timeline are left empty.
   bool gave_up = false;
   int timeline_replica = 0;
-  // Per pipeline rank of the timeline's replica: when its data-parallel collectives are done (on shared cores, too,
-  // where the timeline does not draw them).
+  // Per pipeline rank of the timeline's replica (SimOptions::timeline_replica, else the critical one): when its
+  // collective stream is last free: its data-parallel collectives, and the encoders' or sync groups' where the
+  // schedule has them (on shared cores, too, where the timeline does not draw them). Empty when given up.
   std::vector<double> collectives_end_seconds;
   std::vector<TimelineEvent> timeline;
   std::vector<MemorySample> memory_timeline;

@@ -71,9 +71,6 @@ TEST_P(ClosedForm, ZeroBubbleH1LeavesPMinusOneTimesFPlusBMinusW) {
   }
 }
 
-// A runtime whose split backward costs more than its whole one (PyTorch's walks the graph twice): 1F1B's B pays
-// the whole (1.5), ZB-H1's BI and W the halves (1 + 1). With p = 2 and m = 4 the split no longer wins:
-// 1F1B (m + p − 1)(f + B) = 12.5 against ZB-H1's 3m + (p − 1)(F + BI − W) = 13.
 // LLaVA's projector takes a tile's 576 patch tokens, not its class token (577 with the class token kept); the
 // tower runs every token; InternVL's shuffle makes 256 of 1,025.
 TEST(Simulate, AProjectorTakesTheTokensItsEncoderPassesOn) {
@@ -93,6 +90,9 @@ TEST(Simulate, AProjectorTakesTheTokensItsEncoderPassesOn) {
   EXPECT_EQ(component_batch(internvl, 0, images).tokens, 2 * 1025);
 }
 
+// A runtime whose split backward costs more than its whole one (PyTorch's walks the graph twice): 1F1B's B pays
+// the whole (1.5), ZB-H1's BI and W the halves (1 + 1). With p = 2 and m = 4 the split no longer wins:
+// 1F1B (m + p − 1)(f + B) = 12.5 against ZB-H1's 3m + (p − 1)(F + BI − W) = 13.
 TEST(Simulate, AMeasuredWholeBackwardPricesOneFOneBAndTheHalvesPriceZeroBubble) {
   const int pp = 2, m = 4;
   const PerTokenCost cost(1, 1, 1, 1.5);

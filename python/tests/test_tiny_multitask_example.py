@@ -248,6 +248,20 @@ def test_a_frozen_encoder_without_a_backward_trains_as_one_process(tmp_path, tra
     assert_same_losses(result, reference)
 
 
+def test_a_slice_without_a_backward_whose_parameters_train_is_refused(tmp_path):
+    # The schedule says the encoder is frozen, the model's parameters say otherwise: its gradients would be lost.
+    _, work = run_example(tmp_path, "sequential")
+    doc = frozen_split_schedule(json.loads((work / "sequential.schedule.json").read_text()), False)
+    path = tmp_path / "split-frozen.json"
+    path.write_text(json.dumps(doc))
+    done = subprocess.run([sys.executable, str(EXAMPLE / "run.py"), "--mode", "waves", "--steps", "1", "--warmup", "0",
+                           "--repeats", "1", "--workdir", str(tmp_path / "waves"), "--out", str(tmp_path / "w.json"),
+                           "--schedule", str(path)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "slice 0 has no backward" in done.stderr or "slice 5 has no backward" in done.stderr, done.stderr[-3000:]
+    assert "'vision' still has requires_grad set" in done.stderr, done.stderr[-3000:]
+
+
 def test_wave_plans_are_checked(tmp_path):
     import fulcrum.runtime as fr
 

@@ -243,6 +243,10 @@ class WaveRuntime:
             self.tasks.append(nodes)
             self.batch_sizes.append(int(t["batch"]))
         self._wire()
+        # The gradients this rank sends, (slice, producer). A producer without a backward takes none, but a
+        # schedule may still send it one (zeros), as schedules saved before that rule did.
+        self._gradient_sends = {(int(i[2]), int(i[4])) for i in self.plan.programs[self.rank]
+                                if i[0] == "send" and i[1] == "gradient"}
         # Every tensor the runtime makes sits beside the model's (NCCL on GPUs takes only those).
         self.device = device_of([model])
         self.groups = []
@@ -366,10 +370,6 @@ class WaveRuntime:
                 raise ValueError(f"slice {i} runs {s.sequences} × {s.micro_batches} sequences, but task "
                                  f"{self.task_names[s.task]!r} has {self.batch_sizes[s.task]} samples")
         self.producers, self.loss_slice = [], []
-        # The gradients this rank sends, (slice, producer). A producer without a backward takes none, but a
-        # schedule may still send it one (zeros), as schedules saved before that rule did.
-        self._gradient_sends = {(int(i[2]), int(i[4])) for i in p.programs[self.rank]
-                                if i[0] == "send" and i[1] == "gradient"}
         for i, s in enumerate(p.slices):
             node = self.tasks[s.task][self._node_of(s)]
             if s.first_layer > 0:
@@ -535,8 +535,8 @@ class WaveRuntime:
             else:
                 pieces.append(self.inbox.pop(("activation", s, producer, mb, d)))
         joined = tuple(torch.cat(parts) if len(parts) > 1 else parts[0] for parts in zip(*pieces))
-        # A slice without a backward needs no gradient of its input.
-        wanted = self.plan.slices[s].input_gradient
+        # A gradient of the input only where this slice has a backward and the producer takes it.
+        wanted = self.plan.slices[s].input_gradient and self.plan.slices[producer].input_gradient
         return tuple(t.detach().requires_grad_(wanted) for t in joined)
 
     def _forward(self, s: int) -> None:
@@ -586,6 +586,10 @@ class WaveRuntime:
                     if pairs:
                         torch.autograd.backward([r for r, _ in pairs],
                                                 None if grads is None else [g for _, g in pairs])
+            elif any(r.requires_grad for r in roots):
+                raise RuntimeError(f"{self.plan.where}: slice {s} has no backward (its component is frozen in the task "
+                                   "graph), but its output requires a gradient: a parameter of "
+                                   f"{self.component_names[sl.component]!r} still has requires_grad set")
             for q, leaves in inputs.items():
                 # A producer with a backward takes its share here or from the send that must follow (a schedule
                 # without it leaves the share unsent, which the step's end reports); one without takes nothing
