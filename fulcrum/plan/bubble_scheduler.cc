@@ -627,7 +627,9 @@ std::vector<std::string> check_bubble_schedule(const BubbleProblem& p, const Bub
       for (size_t k = 0; k < n; ++k) work_end = std::max({work_end, fwd[j][s][k].end, bwd[j][s][k].end});
       const double gradients_ready =
           encoder_gradients_ready_seconds(p.llm_ranks[w.stage_rank[s]], shift, work_end, w.stage_tail_seconds[s]);
-      if (gradients_ready > last_gradients.seconds) last_gradients = {gradients_ready, fmt::format("pipeline {} stage {}'s", j, s)};
+      if (gradients_ready > last_gradients.seconds) {
+        last_gradients = {gradients_ready, fmt::format("pipeline {} stage {}'s", j, s)};
+      }
     }
   }
   // Every optimizer step starts after the last gradients are reduced; the longest ends the iteration.
