@@ -1,8 +1,9 @@
 // libFuzzer target: any schedule the JSON reader makes and validate() accepts (what `fulcrum simulate
 // --load-schedule` and `fulcrum multitask --load-schedule` run) simulates to a result or an InputError, never a
-// crash or a hang, on every model preset and task graph preset's components with its layer count. The busy bound
-// a planner gives up by is never above the iteration, and a simulation given up just under it reports the whole
-// simulation's memory.
+// crash or a hang, on every model preset and task graph preset's components with its layer count, on GPUs and on
+// cores that communication shares with compute (the cpu kind). The busy bound a planner gives up by is never
+// above the iteration, a simulation given up just under it reports the whole simulation's memory, and every
+// interval of the timeline lies inside the iteration.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -75,31 +76,42 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto& presets = presets_by_layers();
     const auto same_layers = presets.find(schedule.model_layers);
     if (same_layers == presets.end()) return 0;
-    const ClusterSpec cluster = cluster_preset("a100:" + std::to_string(schedule.layout.devices()));
-    const AnalyticCost cost(cluster);
     const MicroBatchLoads loads = loads_for(schedule);
-    // On every model with the schedule's layer count (gpt-11b and llama-70b share one, say).
-    for (const ModelSpec& model : same_layers->second) {
-      SimResult whole;
-      try {
-        whole = simulate(schedule, model, cluster, cost, cost.efficiency(), loads);
-      } catch (const InputError&) {  // refused by this model: the next may take it
-        continue;
-      }
-      // What the planner does with a schedule that simulates: neither may refuse it.
-      try {
-        const double bound = iteration_lower_bound(schedule, model, cluster, cost, cost.efficiency(), loads);
-        if (!(bound >= 0) || !(bound <= whole.iteration_seconds)) std::abort();  // a NaN iteration fails too
-        if (bound > 0) {
-          SimOptions options;
-          options.give_up_above_seconds = bound * (1 - 1e-6);
-          const SimResult stopped = simulate(schedule, model, cluster, cost, cost.efficiency(), loads, options);
-          if (!stopped.gave_up || stopped.peak_memory_bytes != whole.peak_memory_bytes || stopped.oom != whole.oom) {
+    for (const char* kind : {"a100:", "cpu:"}) {
+      const ClusterSpec cluster = cluster_preset(kind + std::to_string(schedule.layout.devices()));
+      const AnalyticCost cost(cluster);
+      // On every model with the schedule's layer count (gpt-11b and llama-70b share one, say).
+      for (const ModelSpec& model : same_layers->second) {
+        SimResult whole;
+        SimOptions with_timeline;
+        with_timeline.timeline = true;
+        try {
+          whole = simulate(schedule, model, cluster, cost, cost.efficiency(), loads, with_timeline);
+        } catch (const InputError&) {  // refused by this model: the next may take it
+          continue;
+        }
+        const double slack = 1e-9 * (1 + whole.iteration_seconds);
+        for (const TimelineEvent& e : whole.timeline) {
+          if (!(e.start_seconds >= -slack && e.start_seconds <= e.end_seconds &&
+                e.end_seconds <= whole.iteration_seconds + slack)) {
             std::abort();
           }
         }
-      } catch (const InputError&) {
-        std::abort();
+        // What the planner does with a schedule that simulates: neither may refuse it.
+        try {
+          const double bound = iteration_lower_bound(schedule, model, cluster, cost, cost.efficiency(), loads);
+          if (!(bound >= 0) || !(bound <= whole.iteration_seconds)) std::abort();  // a NaN iteration fails too
+          if (bound > 0) {
+            SimOptions options;
+            options.give_up_above_seconds = bound * (1 - 1e-6);
+            const SimResult stopped = simulate(schedule, model, cluster, cost, cost.efficiency(), loads, options);
+            if (!stopped.gave_up || stopped.peak_memory_bytes != whole.peak_memory_bytes || stopped.oom != whole.oom) {
+              std::abort();
+            }
+          }
+        } catch (const InputError&) {
+          std::abort();
+        }
       }
     }
   } catch (const InputError&) {

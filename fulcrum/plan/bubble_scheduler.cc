@@ -132,8 +132,21 @@ class Device {
   double contention_seconds_ = 0;
 };
 
-double first_compute_seconds(const LlmDeviceTimeline& llm) {
+// Where the head bubble ends.
+double first_pass_seconds(const LlmDeviceTimeline& llm) {
+  if (llm.first_pass_start_seconds >= 0) return llm.first_pass_start_seconds;
   return llm.compute.empty() ? llm.end_seconds : llm.compute.front().start_seconds;
+}
+
+// The head bubble's idle time: up to the first pass, less the compute before it.
+double head_idle_seconds(const LlmDeviceTimeline& llm) {
+  const double end = first_pass_seconds(llm);
+  double idle = end;
+  for (const TimeInterval& t : llm.compute) {
+    if (t.start_seconds >= end) break;
+    idle -= std::min(t.end_seconds, end) - t.start_seconds;
+  }
+  return idle;
 }
 
 // Places a pass's kernels in order from `cursor`, restricted to before `limit`; appends them to `out` (when not
@@ -273,7 +286,7 @@ Attempt place_forward(const BubbleProblem& p, BubbleMode mode, double shift, boo
     a.devices[j].reserve(stages);
     for (int s = 0; s < stages; ++s) {
       const LlmDeviceTimeline& llm = p.llm_ranks[w.stage_rank[s]];
-      if (mode == BubbleMode::kCoarse) limit[s] = first_compute_seconds(llm) + shift;
+      if (mode == BubbleMode::kCoarse) limit[s] = first_pass_seconds(llm) + shift;
       a.devices[j].emplace_back(llm, shift, 0.0, limit[s]);
     }
     a.forward_ready[j].assign(n, 0);
@@ -436,13 +449,13 @@ BubbleSchedule schedule_encoder_bubbles(const BubbleProblem& p, BubbleMode mode)
     const LlmDeviceTimeline& llm = p.llm_ranks[p.pipelines[k.pipeline].stage_rank[k.stage]];
     const double seconds = k.end_seconds - k.start_seconds;
     out.encoder_compute_seconds += seconds;
-    const double head_end = first_compute_seconds(llm) + shift;
+    const double head_end = first_pass_seconds(llm) + shift;
     if (k.start_seconds < head_end) head_compute[{k.pipeline, k.stage}] += std::min(k.end_seconds, head_end) - k.start_seconds;
     outside += std::max(0.0, k.end_seconds - std::max(k.start_seconds, llm_gradients + shift));
   }
   for (const auto& [device, seconds] : head_compute) {
     const LlmDeviceTimeline& llm = p.llm_ranks[p.pipelines[device.first].stage_rank[device.second]];
-    outside += std::max(0.0, seconds - first_compute_seconds(llm));
+    outside += std::max(0.0, seconds - head_idle_seconds(llm));
   }
   // A share: the two sums add the same kernels in different orders, so a schedule with nothing inside the
   // bubbles could come out a rounding below 0.
@@ -643,7 +656,7 @@ std::vector<std::string> check_bubble_schedule(const BubbleProblem& p, const Bub
   if (sched.mode == BubbleMode::kCoarse) {
     for (const PlacedKernel& k : sched.kernels) {
       const LlmDeviceTimeline& llm = p.llm_ranks[p.pipelines[k.pipeline].stage_rank[k.stage]];
-      if (!k.backward && k.end_seconds > first_compute_seconds(llm) + shift + tol) {
+      if (!k.backward && k.end_seconds > first_pass_seconds(llm) + shift + tol) {
         errors.push_back(fmt::format("coarse: pipeline {} stage {} forward ends after the head bubble", k.pipeline,
                                      k.stage));
       }

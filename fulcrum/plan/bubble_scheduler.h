@@ -37,7 +37,9 @@ struct TimeInterval {
 
 // One LLM pipeline rank's device over an iteration of the LLM alone.
 struct LlmDeviceTimeline {
-  std::vector<TimeInterval> compute;      // its compute kernels but the optimizer step, sorted, disjoint
+  // Its compute kernels but the optimizer step, sorted, disjoint; on cores that communication shares (the cpu
+  // kind), also the compute its transfers and data-parallel collectives take.
+  std::vector<TimeInterval> compute;
   std::vector<TimeInterval> tensor_comm;  // its tensor-parallel collectives
   double last_pass_end_seconds = 0;       // end of its last forward or backward: the tail bubble starts here
   double end_seconds = 0;                 // end of its iteration
@@ -48,6 +50,9 @@ struct LlmDeviceTimeline {
   // End of its last data-parallel collective: the encoders' gradient reduction queues behind it on the device's
   // one collective stream.
   double collectives_end_seconds = 0;
+  // Start of its first forward: the head bubble ends here. Below 0: at its first compute (on shared cores a
+  // parameter gather's compute may come before the first pass).
+  double first_pass_start_seconds = -1;
 };
 
 // The work of one encoder pipeline: stage s runs on LLM rank stage_rank[s]; kernels of micro-batch k's pass.

@@ -41,12 +41,17 @@ double efficiency_by_definition(const BubbleProblem& p, const BubbleSchedule& s)
     const Kernel& kernel = (k.backward ? w.backward : w.forward)[k.stage][k.micro_batch][k.kernel];
     if (kernel.kind != Kernel::Kind::kCompute) continue;
     const LlmDeviceTimeline& llm = p.llm_ranks[w.stage_rank[k.stage]];
-    const double first = llm.compute.empty() ? llm.end_seconds : llm.compute.front().start_seconds;
+    // The head bubble ends at the first pass; compute before it (a shared core's gather) is not idle.
+    const double first = llm.first_pass_start_seconds >= 0 ? llm.first_pass_start_seconds
+                         : llm.compute.empty()              ? llm.end_seconds
+                                                            : llm.compute.front().start_seconds;
+    double busy_before = 0;
+    for (const TimeInterval& t : llm.compute) busy_before += std::max(0.0, std::min(t.end_seconds, first) - t.start_seconds);
     total += k.end_seconds - k.start_seconds;
     inside += overlap(k, first + s.head_shift_seconds, gradients + s.head_shift_seconds);
     auto& [in_head, length] = head[{k.pipeline, k.stage}];
     in_head += overlap(k, -1e300, first + s.head_shift_seconds);
-    length = first;
+    length = first - busy_before;
   }
   for (const auto& [device, h] : head) inside += std::min(h.first, h.second);
   return total > 0 ? inside / total : 1.0;
@@ -204,6 +209,35 @@ TEST(BubbleScheduler, AnEncodersGradientReductionQueuesBehindTheLlms) {
   EXPECT_NEAR(schedule_encoder_bubbles(p, BubbleMode::kFine).iteration_seconds, 6.5, 1e-12);
   p.llm_ranks[0].collectives_end_seconds = 6.5;  // past the iteration
   EXPECT_THROW(schedule_encoder_bubbles(p, BubbleMode::kFine), InputError);
+}
+
+// On shared cores a parameter gather takes the LLM's cores [0, 0.5) before its first pass at 3: the head bubble
+// still ends at that pass, and the encoder's 2 s forward fits in [0.5, 3) without shifting the LLM.
+TEST(BubbleScheduler, TheHeadBubbleEndsAtTheFirstPassNotAtTheComputeBeforeIt) {
+  BubbleProblem p;
+  LlmDeviceTimeline llm = timeline({{0, 0.5}, {3, 4}}, 4, 5);
+  llm.first_pass_start_seconds = 3;
+  p.llm_ranks = {llm};
+  p.dependency = {{3}, {4}};
+  p.pipelines = {pipeline({0}, 1, {compute(2)}, {compute(1)})};
+  for (BubbleMode mode : {BubbleMode::kCoarse, BubbleMode::kFine}) {
+    const BubbleSchedule s = schedule_encoder_bubbles(p, mode);
+    EXPECT_THAT(check_bubble_schedule(p, s), ::testing::IsEmpty());
+    EXPECT_NEAR(s.head_shift_seconds, 0, 1e-6);
+    EXPECT_NEAR(find(s, 0, 0, 0, false).start_seconds, 0.5, 1e-6);
+    EXPECT_NEAR(find(s, 0, 0, 0, true).start_seconds, 4, 1e-6);
+    EXPECT_NEAR(s.iteration_seconds, 5, 1e-6);
+    EXPECT_NEAR(s.efficiency, 1, 1e-9);
+    EXPECT_NEAR(s.efficiency, efficiency_by_definition(p, s), 1e-9);
+  }
+  // One 2.6 s kernel: the 2.5 s after the gather are too short, and a kernel never straddles LLM work, so the
+  // LLM (its gather with it) moves 2.6 s for the kernel to run before the gather.
+  p.pipelines = {pipeline({0}, 1, {compute(2.6)}, {compute(1)})};
+  const BubbleSchedule coarse = schedule_encoder_bubbles(p, BubbleMode::kCoarse);
+  EXPECT_THAT(check_bubble_schedule(p, coarse), ::testing::IsEmpty());
+  EXPECT_NEAR(coarse.head_shift_seconds, 2.6, 1e-6);
+  EXPECT_NEAR(find(coarse, 0, 0, 0, false).start_seconds, 0, 1e-6);
+  EXPECT_NEAR(coarse.efficiency, efficiency_by_definition(p, coarse), 1e-9);
 }
 
 // LLM compute [1, 2) and [3, 4), F = {1, 3}, B = {2, 4}; encoder: one stage, 1 s forward, 1 s backward.
@@ -378,6 +412,12 @@ TEST(BubbleScheduler, RandomInstancesAlwaysValidate) {
         clock += length + (rng.below(3) ? uniform(0.01, 0.5) : 0.3);
       }
       t.last_pass_end_seconds = t.compute.back().end_seconds;
+      // A third of the ranks: compute before the first pass (a parameter gather's on shared cores).
+      if (rng.below(3) == 0 && t.compute.front().start_seconds > 0.2) {
+        t.first_pass_start_seconds = t.compute.front().start_seconds;
+        const double at = uniform(0, t.first_pass_start_seconds - 0.2);
+        t.compute.insert(t.compute.begin(), {at, at + uniform(0.01, 0.1)});
+      }
       t.end_seconds = clock + uniform(0, 1);
       llm_end = std::max(llm_end, t.end_seconds);
       p.llm_ranks.push_back(t);

@@ -172,6 +172,7 @@ std::vector<LlmDeviceTimeline> llm_device_timelines(const OptimusInputs& in, con
       }
       const double comm = pass ? std::clamp(e.tp_comm_seconds, 0.0, e.end_seconds - e.start_seconds) : 0.0;
       if (pass) t.last_pass_end_seconds = std::max(t.last_pass_end_seconds, e.end_seconds);
+      if (pass && t.first_pass_start_seconds < 0) t.first_pass_start_seconds = e.start_seconds;  // sorted by start
       if (comm <= 0) {
         push_interval(t.compute, e.start_seconds, e.end_seconds);
         continue;

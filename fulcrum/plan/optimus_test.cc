@@ -40,7 +40,7 @@ TEST(Optimus, LlmTimelinesAddUpToTheSimulatedPasses) {
   const std::vector<LlmDeviceTimeline> ranks = llm_device_timelines(g.in, llm);
   ASSERT_EQ(ranks.size(), 4u);
   for (int r = 0; r < 4; ++r) {
-    double busy = 0, tensor = 0, last_pass = 0, step = 0;
+    double busy = 0, tensor = 0, last_pass = 0, step = 0, first_pass = 1e300;
     for (const TimelineEvent& e : llm.result.timeline) {
       if (e.rank != r || e.stream != TimelineEvent::Stream::kCompute) continue;
       if (e.op == OpKind::kCollective && e.stage < 0) {
@@ -50,6 +50,7 @@ TEST(Optimus, LlmTimelinesAddUpToTheSimulatedPasses) {
       busy += e.end_seconds - e.start_seconds;
       tensor += e.tp_comm_seconds;
       if (e.op != OpKind::kCollective) last_pass = std::max(last_pass, e.end_seconds);
+      if (e.op != OpKind::kCollective) first_pass = std::min(first_pass, e.start_seconds);
     }
     ASSERT_GT(tensor, 0) << "rank " << r << ": TP 2 with sequence parallelism has layer collectives";
     double compute = 0, comm = 0;
@@ -71,9 +72,37 @@ TEST(Optimus, LlmTimelinesAddUpToTheSimulatedPasses) {
     EXPECT_NEAR(comm, tensor, 1e-9 * busy) << "rank " << r;
     EXPECT_NEAR(compute + comm, busy, 1e-9 * busy) << "rank " << r;
     EXPECT_DOUBLE_EQ(ranks[r].last_pass_end_seconds, last_pass);
+    EXPECT_DOUBLE_EQ(ranks[r].first_pass_start_seconds, first_pass);
     EXPECT_DOUBLE_EQ(ranks[r].end_seconds, llm.result.iteration_seconds);
     EXPECT_GT(step, 0);
     EXPECT_DOUBLE_EQ(ranks[r].optimizer_seconds, step);
+  }
+}
+
+// On cores shared with communication (the cpu kind) the LLM's transfers take compute: slowdown × their seconds
+// on the point-to-point stream. The timelines the bubble scheduler fills keep it, so no encoder kernel goes there.
+TEST(Optimus, OnSharedCoresTheLlmsTransfersKeepTheComputeTheyTake) {
+  EightGpus g;
+  const double slowdown = 0.5;
+  g.cluster.device.communication_shares_compute = true;
+  g.cluster.device.communication_compute_slowdown = slowdown;
+  const LlmAlone llm = simulate_llm_alone(g.in);
+  const std::vector<LlmDeviceTimeline> ranks = llm_device_timelines(g.in, llm);
+  for (int r = 0; r < 4; ++r) {
+    double passes = 0, transfers = 0;
+    for (const TimelineEvent& e : llm.result.timeline) {
+      if (e.rank != r) continue;
+      const bool pass = e.op == OpKind::kForward || e.op == OpKind::kBackward || e.op == OpKind::kBackwardInput ||
+                        e.op == OpKind::kBackwardWeight;
+      if (e.stream == TimelineEvent::Stream::kCompute && pass) passes += e.end_seconds - e.start_seconds;
+      if (e.stream == TimelineEvent::Stream::kP2p) transfers += e.end_seconds - e.start_seconds;
+    }
+    ASSERT_GT(transfers, 0) << "rank " << r << " sends to its neighbours";
+    double covered = 0;
+    for (const TimeInterval& t : ranks[r].compute) covered += t.end_seconds - t.start_seconds;
+    for (const TimeInterval& t : ranks[r].tensor_comm) covered += t.end_seconds - t.start_seconds;
+    // DP 1: no data-parallel collective takes any compute.
+    EXPECT_NEAR(covered, passes + slowdown * transfers, 1e-9 * covered) << "rank " << r;
   }
 }
 

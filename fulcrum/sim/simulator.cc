@@ -1020,6 +1020,12 @@ class Simulator {
     timeline_[device].push_back(e);
   }
 
+  // On cores shared with communication (the cpu kind), the compute a transfer or collective takes, drawn on the
+  // compute stream under its own op: what plans around the timeline's compute (the bubble scheduler) sees it.
+  void record_cores_taken(int device, const Instruction& in, double start, double end) {
+    if (end > start) record(device, TimelineEvent::Stream::kCompute, in, start, end);
+  }
+
   void note_memory(int device, double seconds) {
     Device& dev = devices_[device];
     const int rank = device % pp_;
@@ -1293,16 +1299,20 @@ class Simulator {
                                                      : dev.compute_free;
           double start, end;
           if (shares_compute()) {
-            // On the compute cores: it starts when they are free and takes them for slowdown × its seconds.
+            // On the compute cores: it is issued when they are free and takes them for slowdown × its seconds;
+            // the transfer itself queues behind the device's sends before it on the link.
             double& free = encoder ? cursor(dev, slice_of(in)) : dev.compute_free;
-            start = std::max(free, made);
+            const double issued = std::max(free, made);
+            start = std::max(issued, dev.p2p_free);
             end = start + seconds;
+            dev.p2p_free = end;
             const double lost = cluster_.device.communication_compute_slowdown * seconds;
             if (!encoder || slice_of(in) == 0) {
-              account_gap(dev, start, false);
+              account_gap(dev, issued, false);
               dev.time.pp_other += lost;
             }
-            free = start + lost;
+            free = issued + lost;
+            record_cores_taken(d, in, issued, free);
           } else {
             start = std::max(dev.p2p_free, made);
             end = start + seconds;
@@ -1356,6 +1366,7 @@ class Simulator {
             const double lost = collective_compute_loss(c.end - start);
             dev.time.dp_comm += lost;
             dev.compute_free = start + lost;
+            record_cores_taken(d, in, start, dev.compute_free);
           }
           break;
         }
@@ -1712,11 +1723,15 @@ class Simulator {
     const double seconds = arrival.reshard.send[static_cast<size_t>(position)];
     double start, end;
     if (shares_compute()) {
-      start = dev.compute_free;
+      // Issued from the cores, which it takes for slowdown × its seconds; the transfer queues on the link.
+      const double issued = dev.compute_free;
+      start = std::max(issued, dev.p2p_free);
       end = start + seconds;
+      dev.p2p_free = end;
       const double lost = cluster_.device.communication_compute_slowdown * seconds;
       dev.time.pp_other += lost;
-      dev.compute_free = start + lost;
+      dev.compute_free = issued + lost;
+      record_cores_taken(d, in, issued, dev.compute_free);
     } else {
       start = std::max(dev.p2p_free, dev.compute_free);
       end = start + seconds;
@@ -1797,6 +1812,7 @@ class Simulator {
         // A group with nothing to all-reduce (one copy, or no parameters) starts no collective.
         const double lost = c.end > c.start ? collective_compute_loss(c.end - c.start) : 0.0;
         m.time.dp_comm += lost;
+        record_cores_taken(member, in, m.compute_free, m.compute_free + lost);
         m.compute_free += lost;  // wherever the member's compute stands: the all-reduce runs beside it
       } else {
         record(member, TimelineEvent::Stream::kCollective, in, c.start, c.end);

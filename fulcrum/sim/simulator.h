@@ -135,7 +135,9 @@ struct TimelineEvent {
   enum class Stream : uint8_t { kCompute, kP2p, kCollective };
   int32_t rank = 0;  // pipeline rank
   Stream stream = Stream::kCompute;
-  OpKind op = OpKind::kForward;  // kCollective also names the optimizer step (stage -1)
+  // kCollective also names the optimizer step (stage -1). On cores shared with communication (the cpu kind), a
+  // compute event of kSend or kCollective is the compute that transfer or collective takes.
+  OpKind op = OpKind::kForward;
   int32_t stage = -1;
   int32_t micro_batch = -1;
   int32_t encoder_pipeline = -1;  // encoder instructions: their pipeline (stage and micro-batch are its own)
@@ -180,7 +182,8 @@ struct SimResult {
   int timeline_replica = 0;
   // Per pipeline rank of the timeline's replica (SimOptions::timeline_replica, else the critical one): when its
   // collective stream is last free: its data-parallel collectives, and the encoders' or sync groups' where the
-  // schedule has them (on shared cores, too, where the timeline does not draw them). Empty when given up.
+  // schedule has them (on shared cores too, where the timeline draws the LLM's and sync groups' collectives only
+  // as the compute they take). Empty when given up.
   std::vector<double> collectives_end_seconds;
   std::vector<TimelineEvent> timeline;
   std::vector<MemorySample> memory_timeline;
@@ -191,7 +194,7 @@ struct SimResult {
 // and data-parallel collectives), which overlap compute except on devices whose communication shares the
 // compute cores (the cpu kind), where they take the compute stream for communication_compute_slowdown × their
 // seconds (all of them by default; cluster_spec.h), and each data-parallel collective also its
-// collective_compute_seconds. Layer collectives (tensor and context
+// collective_compute_seconds; their transfers still queue on the device's link. Layer collectives (tensor and context
 // parallel) come from the cost model's kernels and block compute. Sends never block; receives wait for their
 // data; a data-parallel collective starts when every replica has reached it. After the last backward, every
 // device waits for the gradients of the whole model (the global gradient norm) and runs its optimizer step:

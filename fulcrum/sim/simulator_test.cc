@@ -3,6 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "fulcrum/core/error.h"
 #include "fulcrum/cost/collective_cost.h"
 #include "fulcrum/model/model_presets.h"
@@ -211,6 +215,106 @@ TEST(Simulate, SharedCoresLoseTheSlowdownTimesEachTransfer) {
     shared.device.communication_shares_compute = true;
     shared.device.communication_compute_slowdown = slowdown;
     EXPECT_NEAR(iteration(shared), (m + pp - 1) * 3.0 + 2 * p + slowdown * p, 1e-9) << "slowdown " << slowdown;
+  }
+}
+
+// A device's transfers take their turns on its link whether or not they share its cores: with no compute lost to
+// them, shared cores give the iteration of separate streams, here where transfers (5 s) outlast passes (1 s) and
+// queue behind each other.
+TEST(Simulate, SharedCoresQueueTransfersOnTheLink) {
+  const int pp = 2, m = 4;
+  const Schedule s = test_schedule(PipelineKind::kOneFOneB, pp, 1, m, pp);
+  validate(s);
+  DeviceEfficiency eff = instant_efficiency();
+  eff.collective_latency_seconds = 5;
+  SimOptions options;
+  options.timeline = true;
+  const auto run = [&](const ClusterSpec& cluster) {
+    return simulate(s, blocks_only_model(pp), cluster, PerTokenCost(1, 2, 0), eff, uniform_loads(m, 1, 1, 0), options);
+  };
+  const SimResult separate = run(instant_cluster(pp));
+  int held_by_the_link = 0;
+  for (double slowdown : {0.0, 0.1}) {
+    ClusterSpec shared = instant_cluster(pp);
+    shared.device.communication_shares_compute = true;
+    shared.device.communication_compute_slowdown = slowdown;
+    const SimResult on_cores = run(shared);
+    if (slowdown == 0) EXPECT_NEAR(on_cores.iteration_seconds, separate.iteration_seconds, 1e-9);
+    for (int rank = 0; rank < pp; ++rank) {
+      std::vector<std::pair<double, double>> transfers, taken;
+      for (const TimelineEvent& e : on_cores.timeline) {
+        if (e.rank != rank) continue;
+        if (e.stream == TimelineEvent::Stream::kP2p) transfers.emplace_back(e.start_seconds, e.end_seconds);
+        if (e.stream == TimelineEvent::Stream::kCompute && e.op == OpKind::kSend) {
+          taken.emplace_back(e.start_seconds, e.end_seconds);
+        }
+      }
+      ASSERT_EQ(transfers.size(), static_cast<size_t>(m)) << "rank " << rank;
+      std::sort(transfers.begin(), transfers.end());
+      for (size_t i = 1; i < transfers.size(); ++i) {
+        EXPECT_GE(transfers[i].first, transfers[i - 1].second - 1e-12) << "rank " << rank << " transfer " << i;
+      }
+      // The compute a transfer takes is charged where it is issued, not when the link gets to it.
+      ASSERT_EQ(taken.size(), slowdown > 0 ? transfers.size() : 0u) << "rank " << rank;
+      std::sort(taken.begin(), taken.end());
+      for (size_t i = 0; i < taken.size(); ++i) {
+        EXPECT_NEAR(taken[i].second - taken[i].first, slowdown * 5, 1e-9);  // 5 s a transfer
+        EXPECT_LE(taken[i].first, transfers[i].first + 1e-12) << "rank " << rank << " transfer " << i;
+      }
+      for (size_t i = 0; i < taken.size(); ++i) held_by_the_link += taken[i].first < transfers[i].first - 1e-9;
+    }
+  }
+  EXPECT_GT(held_by_the_link, 0) << "with compute taken, some transfer still waits for the link";
+}
+
+// On shared cores the timeline draws, on the compute stream, the compute each transfer and collective takes:
+// slowdown × a transfer's seconds, and a collective's share and start cost, beside the passes and never over them.
+TEST(Simulate, SharedCoresDrawTheComputeTheirCommunicationTakes) {
+  const int pp = 2, m = 2, dp = 2;
+  const double p = 0.25, slowdown = 0.5, start_cost = 0.125;
+  const Schedule s = test_schedule(PipelineKind::kOneFOneB, pp, 1, m, pp, dp);
+  validate(s);
+  DeviceEfficiency eff = instant_efficiency();
+  eff.collective_latency_seconds = p;
+  ClusterSpec shared = instant_cluster(pp * dp);
+  shared.device.communication_shares_compute = true;
+  shared.device.communication_compute_slowdown = slowdown;
+  shared.device.collective_compute_seconds = start_cost;
+  SimOptions options;
+  options.timeline = true;
+  const SimResult r =
+      simulate(s, blocks_only_model(pp), shared, PerTokenCost(1, 2, 0), eff, uniform_loads(m, 1, 1, 0), options);
+  for (int rank = 0; rank < pp; ++rank) {
+    int sends = 0, collectives = 0;
+    for (const Instruction& in : s.programs[rank].instructions) {
+      sends += in.op == OpKind::kSend;
+      collectives += in.op == OpKind::kCollective;
+    }
+    ASSERT_GT(sends, 0);
+    ASSERT_GT(collectives, 0);
+    std::vector<std::pair<double, double>> busy;
+    int send_events = 0, collective_events = 0;
+    double transfer_seconds = 0;
+    for (const TimelineEvent& e : r.timeline) {
+      if (e.rank != rank) continue;
+      if (e.stream == TimelineEvent::Stream::kP2p) transfer_seconds += e.end_seconds - e.start_seconds;
+      if (e.stream != TimelineEvent::Stream::kCompute) continue;
+      busy.emplace_back(e.start_seconds, e.end_seconds);
+      if (e.op == OpKind::kSend) {
+        ++send_events;
+        EXPECT_NEAR(e.end_seconds - e.start_seconds, slowdown * p, 1e-12);
+      } else if (e.op == OpKind::kCollective && e.stage >= 0) {
+        ++collective_events;
+        EXPECT_GE(e.end_seconds - e.start_seconds, start_cost - 1e-12);
+      }
+    }
+    EXPECT_EQ(send_events, sends) << "rank " << rank;
+    EXPECT_EQ(collective_events, collectives) << "rank " << rank;
+    EXPECT_NEAR(transfer_seconds, sends * p, 1e-9) << "rank " << rank;
+    std::sort(busy.begin(), busy.end());
+    for (size_t i = 1; i < busy.size(); ++i) {
+      EXPECT_GE(busy[i].first, busy[i - 1].second - 1e-12) << "rank " << rank << ": compute drawn twice at once";
+    }
   }
 }
 
