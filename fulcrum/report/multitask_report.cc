@@ -46,9 +46,7 @@ TimelineChart wave_timeline(const SimResult& simulated, const Schedule& schedule
     if (e.rank < 0 || e.rank >= devices) continue;
     ChartInterval i{e.start_seconds, e.end_seconds, 0, "", 1};
     const bool slice = e.stage >= 0 && e.stage < static_cast<int>(slices.size());
-    // Communication on cores it shares with compute (the cpu kind): the compute it takes.
-    const bool on_cores = e.op == OpKind::kSend || (e.op == OpKind::kCollective && e.stage >= 0);
-    if (e.stream == TimelineEvent::Stream::kCompute && on_cores) {
+    if (is_communication_on_cores(e)) {
       i.kind = e.op == OpKind::kSend ? p2p : collective;
       i.label = e.op == OpKind::kSend ? fmt::format("send slice {}, on the compute cores", e.stage)
                                       : fmt::format("all-reduce of sync group {}, on the compute cores", e.stage);

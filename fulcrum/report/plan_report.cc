@@ -223,16 +223,15 @@ TimelineChart simulated_timeline(const SimResult& simulated, const Schedule& sch
       if (e.op == OpKind::kEncoderKernels) {
         i.kind = in_bubbles;
         i.label = fmt::format("encoder pipeline {} stage {} micro-batch {}", e.encoder_pipeline, e.stage, e.micro_batch);
-      } else if (e.op == OpKind::kCollective && e.stage < 0) {
-        i.kind = optimizer;
-        i.label = "optimizer step";
-      } else if (e.op == OpKind::kSend || e.op == OpKind::kRecv || e.op == OpKind::kCollective) {
-        // Communication on cores it shares with compute (the cpu kind): the compute it takes.
+      } else if (is_communication_on_cores(e)) {
         i.kind = e.op == OpKind::kCollective ? collective : p2p;
         i.label = e.encoder_pipeline >= 0
                       ? fmt::format("{} encoder pipeline {} stage {}, on the compute cores", op_kind_name(e.op),
                                     e.encoder_pipeline, e.stage)
                       : fmt::format("{} stage {}, on the compute cores", op_kind_name(e.op), e.stage);
+      } else if (e.op == OpKind::kCollective) {
+        i.kind = optimizer;
+        i.label = "optimizer step";
       } else {
         const int pass = pass_index(e.op);
         if (pass < 0) continue;

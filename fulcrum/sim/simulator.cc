@@ -1026,6 +1026,20 @@ class Simulator {
     if (end > start) record(device, TimelineEvent::Stream::kCompute, in, start, end);
   }
 
+  // A transfer issued from shared cores at `issued`: it takes them for slowdown × its seconds from then and
+  // queues behind the device's earlier transfers on the link. Returns the compute seconds it takes; `start` and
+  // `end` get its time on the link.
+  double transfer_on_shared_cores(int d, const Instruction& in, double issued, double seconds, double& start,
+                                  double& end) {
+    Device& dev = devices_[d];
+    start = std::max(issued, dev.p2p_free);
+    end = start + seconds;
+    dev.p2p_free = end;
+    const double lost = cluster_.device.communication_compute_slowdown * seconds;
+    record_cores_taken(d, in, issued, issued + lost);
+    return lost;
+  }
+
   void note_memory(int device, double seconds) {
     Device& dev = devices_[device];
     const int rank = device % pp_;
@@ -1303,16 +1317,12 @@ class Simulator {
             // the transfer itself queues behind the device's sends before it on the link.
             double& free = encoder ? cursor(dev, slice_of(in)) : dev.compute_free;
             const double issued = std::max(free, made);
-            start = std::max(issued, dev.p2p_free);
-            end = start + seconds;
-            dev.p2p_free = end;
-            const double lost = cluster_.device.communication_compute_slowdown * seconds;
+            const double lost = transfer_on_shared_cores(d, in, issued, seconds, start, end);
             if (!encoder || slice_of(in) == 0) {
               account_gap(dev, issued, false);
               dev.time.pp_other += lost;
             }
             free = issued + lost;
-            record_cores_taken(d, in, issued, free);
           } else {
             start = std::max(dev.p2p_free, made);
             end = start + seconds;
@@ -1723,15 +1733,9 @@ class Simulator {
     const double seconds = arrival.reshard.send[static_cast<size_t>(position)];
     double start, end;
     if (shares_compute()) {
-      // Issued from the cores, which it takes for slowdown × its seconds; the transfer queues on the link.
-      const double issued = dev.compute_free;
-      start = std::max(issued, dev.p2p_free);
-      end = start + seconds;
-      dev.p2p_free = end;
-      const double lost = cluster_.device.communication_compute_slowdown * seconds;
+      const double lost = transfer_on_shared_cores(d, in, dev.compute_free, seconds, start, end);
       dev.time.pp_other += lost;
-      dev.compute_free = issued + lost;
-      record_cores_taken(d, in, issued, dev.compute_free);
+      dev.compute_free += lost;
     } else {
       start = std::max(dev.p2p_free, dev.compute_free);
       end = start + seconds;

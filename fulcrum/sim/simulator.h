@@ -146,6 +146,13 @@ struct TimelineEvent {
   double tp_comm_seconds = 0;  // of a compute interval, the part spent in layer collectives
 };
 
+// A compute-stream event that is the compute a transfer or data-parallel collective takes on cores shared with
+// communication (the cpu kind), not a pass or the optimizer step.
+inline bool is_communication_on_cores(const TimelineEvent& e) {
+  return e.stream == TimelineEvent::Stream::kCompute &&
+         (e.op == OpKind::kSend || (e.op == OpKind::kCollective && e.stage >= 0));
+}
+
 struct MemorySample {
   int32_t rank = 0;
   double seconds = 0;
